@@ -1,0 +1,267 @@
+"""The `kgstream` command. Each subcommand reads Settings once and builds what it needs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from services.core.settings import Settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+infra_app = typer.Typer(no_args_is_help=True, help="Embedded PostgreSQL and Kafka broker.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+app.add_typer(infra_app, name="infra")
+app.add_typer(db_app, name="db")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _settings() -> Settings:
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("httpx", "kafka", "aiokafka"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return settings
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(code)
+
+
+@infra_app.command("up")
+def infra_up_cmd(json_out: JsonFlag = False) -> None:
+    """Start the embedded PostgreSQL and broker (only what is not configured)."""
+    from services.core.infra.manager import infra_up
+
+    state = infra_up(_settings())
+    _print_state(state.to_dict(), json_out)
+
+
+@infra_app.command("down")
+def infra_down_cmd() -> None:
+    """Stop what `infra up` started."""
+    from services.core.infra.manager import infra_down
+
+    infra_down(_settings())
+    typer.echo("stopped")
+
+
+@infra_app.command("status")
+def infra_status_cmd(json_out: JsonFlag = False) -> None:
+    """What runs where."""
+    from services.core.infra.manager import infra_status
+
+    _print_state(infra_status(_settings()).to_dict(), json_out)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply the migrations (and record the embedding width)."""
+    from services.core.db import migrations
+    from services.core.infra.manager import resolve_endpoints
+
+    settings = _settings()
+    migrations.upgrade(resolve_endpoints(settings).database_url, settings.embedding_dim, revision)
+    typer.echo(f"database at {revision}")
+
+
+@app.command()
+def publish(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    topic: Annotated[str | None, typer.Option(help="Topic (default: the documents topic).")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Validate a JSONL file of document events and publish the valid ones keyed by doc_id.
+    Invalid lines are reported by number and not sent; the exit code is 1 if any was."""
+    from tqdm import tqdm
+
+    from services.core.infra.manager import resolve_endpoints
+    from services.core.producer import (
+        PublishReport,
+        Rejected,
+        make_producer,
+        numbered_lines,
+        validate_line,
+    )
+
+    settings = _settings()
+    endpoints = resolve_endpoints(settings)
+    report = PublishReport()
+    valid: list[dict[str, object]] = []
+    total = sum(1 for _ in numbered_lines(file))
+    for number, raw in tqdm(numbered_lines(file), total=total, desc="validate", unit="line",
+                            disable=json_out):
+        event, reason = validate_line(raw, settings.max_document_bytes)
+        if event is None:
+            report.rejected.append(Rejected(number, reason or "invalid"))
+        else:
+            valid.append(event)
+    producer = make_producer(endpoints.kafka_bootstrap_servers)
+    from services.core.producer import publish_events
+
+    batch = 500
+    with tqdm(total=len(valid), desc="publish", unit="event", disable=json_out) as bar:
+        for start in range(0, len(valid), batch):
+            report.sent += publish_events(producer, topic or settings.documents_topic,
+                                          valid[start : start + batch])
+            bar.update(min(batch, len(valid) - start))
+    producer.close()
+    if json_out:
+        typer.echo(json.dumps({"sent": report.sent, "rejected": [r.__dict__ for r in report.rejected]}))
+    else:
+        for r in report.rejected:
+            typer.secho(f"line {r.line}: {r.reason}", fg=typer.colors.YELLOW, err=True)
+        typer.echo(f"sent {report.sent}, rejected {len(report.rejected)}")
+    if report.rejected:
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(name: Annotated[str, typer.Argument(help="indexer | query-api")]) -> None:
+    """Run one process (for real deployments: compose, Kubernetes)."""
+    from services.core.infra.manager import default_topics, resolve_endpoints
+    from services.core.infra.topics import ensure_topics
+
+    settings = _settings()
+    endpoints = resolve_endpoints(settings)
+    if name == "indexer":
+        from services.indexer.app import run
+
+        ensure_topics(endpoints.kafka_bootstrap_servers, default_topics(settings))
+        run(settings, endpoints)
+    elif name == "query-api":
+        import uvicorn
+
+        from services.query_api.app import create_app
+
+        uvicorn.run(create_app(settings, endpoints), host=settings.api_host,
+                    port=settings.api_port, log_level=settings.log_level.lower())
+    else:
+        raise _fail(f"unknown worker {name!r}: choose indexer or query-api", 2)
+
+
+@app.command()
+def query(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    mode: Annotated[str, typer.Option(help="auto | vector | local")] = "auto",
+    k: Annotated[int, typer.Option(min=1, max=50)] = 5,
+    json_out: JsonFlag = False,
+) -> None:
+    """Answer a question from the database."""
+    from pydantic import ValidationError
+
+    from services.core.db.engine import check_schema
+    from services.core.infra.manager import resolve_endpoints
+    from services.query_api.app import build_service
+    from services.query_api.schemas import QueryRequest
+
+    settings = _settings()
+    try:
+        req = QueryRequest(question=question, mode=mode, k=k)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise _fail(str(exc), 2) from exc
+    service = build_service(settings, resolve_endpoints(settings))
+
+    async def go() -> Any:
+        try:
+            await check_schema(service.engine, settings.embedding_dim)
+            return await service.query(req)
+        finally:
+            await service.engine.dispose()
+
+    resp = asyncio.run(go())
+    if json_out:
+        typer.echo(resp.model_dump_json(indent=2))
+        return
+    typer.echo(f"[{resp.mode_used}] {resp.answer}")
+    for i, ctx in enumerate(resp.contexts, 1):
+        typer.echo(f"  {i}. {ctx.title} ({ctx.doc_id}) score={ctx.score:.3f}")
+
+
+@app.command()
+def status(json_out: JsonFlag = False) -> None:
+    """Documents, chunks, entities and relationships in the database, and more."""
+    from services.core.db.engine import make_engine
+    from services.core.infra.manager import resolve_endpoints
+    from services.core.status import database_status
+
+    settings = _settings()
+    engine = make_engine(resolve_endpoints(settings).database_url)
+
+    async def go() -> dict[str, Any]:
+        try:
+            return await database_status(engine)
+        finally:
+            await engine.dispose()
+
+    data = asyncio.run(go())
+    if json_out:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        for key, value in data.items():
+            typer.echo(f"{key:>18}: {value}")
+
+
+@app.command()
+def up() -> None:
+    """Everything in the foreground: infra if needed, migrations, indexer, query API.
+    Ctrl-C stops all of it."""
+    from services.cli.supervisor import running_stack
+
+    settings = _settings()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with running_stack(settings, settings.api_port) as stack:
+        typer.echo(f"kgstream is up: query API on {stack.api_url} (docs at {stack.api_url}/docs)")
+        typer.echo("Ctrl-C to stop")
+        while not stop.wait(1.0):
+            stack.check_alive()
+    typer.echo("stopped")
+
+
+@app.command()
+def demo(
+    events: Annotated[Path | None, typer.Option(help="Events JSONL (default: the sample).")] = None,
+    questions: Annotated[Path | None, typer.Option(help="Questions JSONL.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for indexing.")] = 600,
+) -> None:
+    """Bring everything up, index the sample corpus, answer sample questions, shut down."""
+    from services.cli.demo import run_demo
+
+    sys.exit(run_demo(_settings(), events, questions, timeout))
+
+
+def _print_state(state: dict[str, Any], json_out: bool) -> None:
+    if json_out:
+        typer.echo(json.dumps(state, indent=2))
+        return
+    for key, value in state.items():
+        typer.echo(f"{key}: {value}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from services.core.errors import KgstreamError
+    from services.core.infra.errors import InfraError
+
+    try:
+        app()
+    except (KgstreamError, InfraError) as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

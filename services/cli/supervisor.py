@@ -1,0 +1,103 @@
+"""`kgstream up` and `kgstream demo`: bring infrastructure, migrations and the worker processes
+up in the foreground, and take all of it down again on Ctrl-C or when the demo ends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+
+from services.core.db import migrations
+from services.core.infra.manager import (
+    Endpoints,
+    infra_down,
+    infra_status,
+    infra_up,
+    resolve_endpoints,
+)
+from services.core.settings import Settings
+
+
+@dataclass
+class Stack:
+    """The running processes and where they listen."""
+
+    endpoints: Endpoints
+    api_url: str
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def check_alive(self) -> None:
+        """Raise if a worker process died."""
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {name} process exited with code {proc.returncode}")
+
+
+def prepare(settings: Settings, say: bool = True) -> Endpoints:
+    """Infrastructure (what is not configured), migrations and topics."""
+    infra_up(settings)  # also creates the topics explicitly
+    endpoints = resolve_endpoints(settings)
+    if say:
+        print(f"postgres: {endpoints.to_dict()['database_url']}", flush=True)
+        print(f"kafka:    {endpoints.kafka_bootstrap_servers}", flush=True)
+    migrations.upgrade(endpoints.database_url, settings.embedding_dim)
+    return endpoints
+
+
+@contextlib.contextmanager
+def running_stack(settings: Settings, api_port: int) -> Iterator[Stack]:
+    """Start infra (if needed), migrate, start the indexer and the query API; stop all of it
+    on exit, including infrastructure this call started."""
+    was_running = _infra_alive(settings)
+    endpoints = prepare(settings)
+    env = {
+        **os.environ,
+        "KGSTREAM_DATABASE_URL": endpoints.database_url,
+        "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": endpoints.kafka_bootstrap_servers,
+        "KGSTREAM_API_PORT": str(api_port),
+        "KGSTREAM_HOME": str(settings.home_dir),
+    }
+    stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}")
+    try:
+        for name in ("indexer", "query-api"):
+            stack.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "services.cli.main", "worker", name], env=env
+            )
+        wait_http(stack, f"{stack.api_url}/readyz", timeout=120)
+        yield stack
+    finally:
+        for proc in stack.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in stack.processes.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if not was_running:
+            infra_down(settings)
+
+
+def wait_http(stack: Stack, url: str, timeout: float) -> None:
+    """Poll a URL until it answers 200, failing fast if a worker dies meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stack.check_alive()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} did not become ready within {timeout:.0f}s")
+
+
+def _infra_alive(settings: Settings) -> bool:
+    state = infra_status(settings)
+    return state.postgres.alive and state.broker.alive
+

@@ -1,0 +1,36 @@
+"""One exception hierarchy. Two kinds matter to the pipeline: transient (retry) and permanent
+(dead-letter with a reason)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+DeadLetterReason = Literal[
+    "invalid_json",
+    "contract_violation",
+    "oversize",
+    "undecodable",
+    "extraction_failed",
+    "processing_failed",
+]
+
+
+class KgstreamError(Exception):
+    """Base class of every error kgstream raises on purpose."""
+
+
+class ConfigurationError(KgstreamError):
+    """The settings or the environment cannot work (e.g. embedding width mismatch)."""
+
+
+class TransientError(KgstreamError):
+    """Worth retrying: the same input may succeed later (timeouts, 429, 5xx, lost connection)."""
+
+
+class PermanentError(KgstreamError):
+    """Retrying cannot help; the event goes to the dead-letter topic with this reason."""
+
+    def __init__(self, reason: DeadLetterReason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason: DeadLetterReason = reason
+        self.detail = detail

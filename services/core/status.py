@@ -1,0 +1,52 @@
+"""What is in the database, for `kgstream status` and the API's /v1/status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+_COUNTS = {
+    "documents": "SELECT count(*) FROM documents WHERE NOT deleted",
+    "deleted_documents": "SELECT count(*) FROM documents WHERE deleted",
+    "chunks": "SELECT count(*) FROM chunks",
+    "entities": "SELECT count(*) FROM entities",
+    "relationships": "SELECT count(*) FROM relationships",
+    "mentions": "SELECT count(*) FROM mentions",
+    "evidence": "SELECT count(*) FROM relationship_evidence",
+    "processed_events": "SELECT count(*) FROM processed_events",
+    "dead_letters": "SELECT count(*) FROM dead_letters WHERE replayed_at IS NULL",
+    "graph_changes": "SELECT count(*) FROM graph_changes",
+}
+
+
+async def database_status(engine: AsyncEngine) -> dict[str, Any]:
+    """Row counts (integers) read in one snapshot, plus the published community snapshot."""
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="REPEATABLE READ")
+        async with conn.begin():
+            out: dict[str, Any] = {
+                name: int(await conn.scalar(text(sql)) or 0) for name, sql in _COUNTS.items()
+            }
+            snap = (
+                await conn.execute(
+                    text(
+                        "SELECT id, published_at, communities, levels, reports_reused,"
+                        " reports_generated FROM snapshots WHERE status = 'published'"
+                    )
+                )
+            ).first()
+    out["snapshot"] = (
+        None
+        if snap is None
+        else {
+            "id": snap.id,
+            "published_at": snap.published_at.isoformat(),
+            "communities": snap.communities,
+            "levels": snap.levels,
+            "reports_reused": snap.reports_reused,
+            "reports_generated": snap.reports_generated,
+        }
+    )
+    return out

@@ -1,0 +1,84 @@
+"""Indexer process: the composition root. Builds the engine, models and faust app once; the
+agent only turns a Kafka record into a RawRecord and hands it to the handler."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import faust
+
+from services.core.chunking import Chunker
+from services.core.infra.manager import Endpoints
+from services.core.models import build_embedder, build_extractor
+from services.core.settings import Settings
+from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
+from services.indexer.metrics import OUTCOMES
+from services.core.db.engine import make_engine
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
+    """The faust app with one agent on the documents topic."""
+    app = faust.App(
+        settings.consumer_group,
+        broker=f"kafka://{endpoints.kafka_bootstrap_servers}",
+        processing_guarantee="at_least_once",  # tansu has no transactional producer
+        broker_session_timeout=settings.broker_session_timeout_s,
+        broker_heartbeat_interval=settings.broker_heartbeat_interval_s,
+        broker_commit_interval=settings.broker_commit_interval_s,
+        web_enabled=False,
+        web_bind="127.0.0.1",
+        topic_allow_declare=False,  # topics are created explicitly (tansu defaults to 4 partitions)
+        topic_disable_leader=True,
+        store="memory://",  # no faust Tables: state lives in PostgreSQL
+        datadir=str(settings.home_dir / "faust"),
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    deps = IndexerDeps(
+        engine=make_engine(endpoints.database_url),
+        chunker=Chunker(settings.chunk_tokens, settings.chunk_overlap),
+        embedder=build_embedder(settings),
+        extractor=build_extractor(settings),
+        executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
+        publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
+        max_document_bytes=settings.max_document_bytes,
+    )
+    documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
+
+    @app.agent(documents, name="index-documents")
+    async def index(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            message = event.message
+            record = RawRecord(
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                key=message.key,
+                value=message.value,
+            )
+            outcome = await handle_record(deps, record)
+            OUTCOMES.labels(outcome=outcome).inc()
+            log.debug("%s %s@%s -> %s", message.topic, message.partition, message.offset, outcome)
+
+    return app
+
+
+def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-def]
+    dlq = app.topic(topic_name, key_type=bytes, value_type=bytes)
+
+    async def publish(key: bytes | None, value: bytes) -> None:
+        # Wait for the broker's ack, so the source offset is only committed after the DLQ write.
+        fut = await dlq.send(key=key, value=value)
+        await fut
+
+    return publish
+
+
+def run(settings: Settings, endpoints: Endpoints) -> None:
+    """Run the indexer worker in this process until SIGINT/SIGTERM."""
+    app = create_app(settings, endpoints)
+    worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)
+    worker.execute_from_commandline()

@@ -1,0 +1,332 @@
+"""Merges one document's chunks, mentions and evidence into PostgreSQL inside the caller's
+transaction. Entities and relationships live exactly as long as some evidence (a mention, a
+piece of relationship evidence) refers to them: reference counting through provenance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.db.engine import vector_literal
+from services.core.extraction import ExtractedEntity, Extraction
+from services.core.normalize import entity_key
+
+
+@dataclass(frozen=True)
+class NewChunk:
+    """A chunk the database does not have yet, with its embedding and extraction."""
+
+    ord: int
+    diff_hash: str
+    text: str
+    token_count: int
+    start_char: int
+    end_char: int
+    embedding: Sequence[float]
+    extraction: Extraction
+
+
+@dataclass
+class ChangeSet:
+    """What one event did to the graph, for graph_changes and for the caller's report."""
+
+    nodes_added: set[int] = field(default_factory=set)
+    nodes_removed: set[int] = field(default_factory=set)
+    nodes_changed: set[int] = field(default_factory=set)
+    edges_added: set[int] = field(default_factory=set)
+    edges_removed: set[int] = field(default_factory=set)
+    edges_changed: set[int] = field(default_factory=set)
+
+
+async def existing_chunk_hashes(conn: AsyncConnection, doc_id: str) -> dict[str, int]:
+    """diff hash -> chunk id for the document's stored chunks."""
+    rows = await conn.execute(
+        text("SELECT content_hash, id FROM chunks WHERE doc_id = :d"), {"d": doc_id}
+    )
+    return {h: i for h, i in rows.all()}
+
+
+async def remove_chunks(conn: AsyncConnection, chunk_ids: Sequence[int]) -> tuple[set[int], set[int]]:
+    """Delete chunks (their mentions and evidence cascade); return the touched entity and
+    relationship ids so their counts, weights and descriptions can be rebuilt."""
+    if not chunk_ids:
+        return set(), set()
+    ids = list(chunk_ids)
+    ents = await conn.execute(
+        text("SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:ids)"), {"ids": ids}
+    )
+    rels = await conn.execute(
+        text("SELECT DISTINCT relationship_id FROM relationship_evidence WHERE chunk_id = ANY(:ids)"),
+        {"ids": ids},
+    )
+    entity_ids = {r[0] for r in ents.all()}
+    rel_ids = {r[0] for r in rels.all()}
+    await conn.execute(text("DELETE FROM chunks WHERE id = ANY(:ids)"), {"ids": ids})
+    return entity_ids, rel_ids
+
+
+async def reorder_chunks(conn: AsyncConnection, ords: dict[int, int]) -> None:
+    """Kept chunks may move inside the document; their extraction stays."""
+    if ords:
+        await conn.execute(
+            text("UPDATE chunks SET ord = :o WHERE id = :i AND ord <> :o"),
+            [{"i": i, "o": o} for i, o in ords.items()],
+        )
+
+
+async def add_chunks(
+    conn: AsyncConnection, doc_id: str, title: str, chunks: Sequence[NewChunk], changes: ChangeSet
+) -> tuple[set[int], set[int]]:
+    """Insert new chunks, their mentions and relationship evidence; return touched ids."""
+    touched_entities: set[int] = set()
+    touched_rels: set[int] = set()
+    if not chunks:
+        return touched_entities, touched_rels
+    chunk_ids: dict[str, int] = {}
+    for c in chunks:
+        cid = await conn.scalar(
+            text(
+                "INSERT INTO chunks (doc_id, ord, content_hash, text, token_count, start_char,"
+                " end_char, embedding) VALUES (:d, :o, :h, :t, :n, :s, :e, CAST(:v AS vector))"
+                " RETURNING id"
+            ),
+            {
+                "d": doc_id, "o": c.ord, "h": c.diff_hash, "t": c.text, "n": c.token_count,
+                "s": c.start_char, "e": c.end_char, "v": vector_literal(c.embedding),
+            },
+        )
+        chunk_ids[c.diff_hash] = int(cid)  # type: ignore[arg-type]
+
+    surfaces: dict[str, tuple[str, str]] = {}  # key -> (first surface, first type)
+    for c in chunks:
+        for ent in _with_title(title, c.extraction).entities:
+            key = entity_key(ent.name)
+            surfaces.setdefault(key, (ent.name, ent.type))
+    ids = await _upsert_entities(conn, surfaces, changes)
+
+    mention_rows = []
+    alias_rows = []
+    for c in chunks:
+        for ent in _with_title(title, c.extraction).entities:
+            eid = ids[entity_key(ent.name)]
+            touched_entities.add(eid)
+            mention_rows.append(
+                {
+                    "e": eid, "c": chunk_ids[c.diff_hash], "d": doc_id, "s": ent.name,
+                    "t": ent.type, "a": ent.start, "b": ent.end, "x": ent.sentence,
+                }
+            )
+            alias_rows.append({"e": eid, "a": ent.name, "k": entity_key(ent.name)})
+    await conn.execute(
+        text(
+            "INSERT INTO mentions (entity_id, chunk_id, doc_id, surface, type, start_char,"
+            " end_char, sentence) VALUES (:e, :c, :d, :s, :t, :a, :b, :x)"
+            " ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING"
+        ),
+        mention_rows,
+    )
+    await conn.execute(
+        text(
+            "INSERT INTO aliases (entity_id, alias, alias_key) VALUES (:e, :a, :k)"
+            " ON CONFLICT DO NOTHING"
+        ),
+        _unique(alias_rows),
+    )
+
+    edge_rows: dict[tuple[int, int, str], list[dict[str, object]]] = {}
+    for c in chunks:
+        for rel in c.extraction.relations:
+            s, t = ids.get(entity_key(rel.source)), ids.get(entity_key(rel.target))
+            if s is None or t is None or s == t:
+                continue
+            if rel.type == "co_occurs" and s > t:
+                s, t = t, s  # undirected: one row per pair
+            edge_rows.setdefault((s, t, rel.type), []).append(
+                {"c": chunk_ids[c.diff_hash], "d": doc_id, "w": rel.strength, "x": rel.sentence}
+            )
+    rel_ids = await _upsert_relationships(conn, sorted(edge_rows), changes)
+    evidence = [
+        {**row, "r": rel_ids[edge]} for edge, rows in edge_rows.items() for row in rows
+    ]
+    if evidence:
+        await conn.execute(
+            text(
+                "INSERT INTO relationship_evidence (relationship_id, chunk_id, doc_id, strength,"
+                " sentence) VALUES (:r, :c, :d, :w, :x) ON CONFLICT (relationship_id, chunk_id)"
+                " DO UPDATE SET strength = GREATEST(relationship_evidence.strength,"
+                " EXCLUDED.strength)"
+            ),
+            evidence,
+        )
+    touched_rels.update(rel_ids.values())
+    return touched_entities, touched_rels
+
+
+async def rebuild(
+    conn: AsyncConnection, entity_ids: Iterable[int], rel_ids: Iterable[int], changes: ChangeSet
+) -> None:
+    """Recompute weights, counts, names, types and descriptions from the evidence that
+    remains; remove what no evidence supports any more. Same rule on insert, update, delete."""
+    rels = sorted(set(rel_ids))
+    ents = sorted(set(entity_ids))
+    if rels:
+        gone = await conn.execute(
+            text(
+                "DELETE FROM relationships r WHERE r.id = ANY(:ids) AND NOT EXISTS"
+                " (SELECT 1 FROM relationship_evidence v WHERE v.relationship_id = r.id)"
+                " RETURNING r.id"
+            ),
+            {"ids": rels},
+        )
+        removed = {r[0] for r in gone.all()}
+        changes.edges_removed |= removed - changes.edges_added
+        changes.edges_added -= removed
+        await conn.execute(
+            text(
+                "UPDATE relationships r SET weight = s.w, evidence_count = s.n, description = s.x"
+                " FROM (SELECT relationship_id, sum(strength) AS w, count(*) AS n,"
+                "  left(string_agg(sentence, ' ' ORDER BY doc_id, sentence), 2000) AS x"
+                "  FROM relationship_evidence WHERE relationship_id = ANY(:ids)"
+                "  GROUP BY relationship_id) s WHERE r.id = s.relationship_id"
+            ),
+            {"ids": rels},
+        )
+        changes.edges_changed |= set(rels) - removed - changes.edges_added
+    if ents:
+        # An entity with no mentions has no evidence left for any of its edges either.
+        orphans = await conn.execute(
+            text(
+                "SELECT e.id FROM entities e WHERE e.id = ANY(:ids) AND NOT EXISTS"
+                " (SELECT 1 FROM mentions m WHERE m.entity_id = e.id)"
+            ),
+            {"ids": ents},
+        )
+        orphan_ids = sorted(r[0] for r in orphans.all())
+        if orphan_ids:
+            dangling = await conn.execute(
+                text(
+                    "DELETE FROM relationships WHERE source_id = ANY(:ids) OR target_id = ANY(:ids)"
+                    " RETURNING id"
+                ),
+                {"ids": orphan_ids},
+            )
+            dropped = {r[0] for r in dangling.all()}
+            changes.edges_removed |= dropped - changes.edges_added
+            changes.edges_added -= dropped
+            changes.edges_changed -= dropped
+            await conn.execute(
+                text("DELETE FROM entities WHERE id = ANY(:ids)"), {"ids": orphan_ids}
+            )
+        removed_nodes = set(orphan_ids)
+        changes.nodes_removed |= removed_nodes - changes.nodes_added
+        changes.nodes_added -= removed_nodes
+        await conn.execute(
+            text(
+                "UPDATE entities e SET mention_count = s.n, type = s.t, name = s.nm,"
+                " description = s.x, updated_at = now()"
+                " FROM (SELECT entity_id, count(*) AS n,"
+                "  mode() WITHIN GROUP (ORDER BY type) AS t,"
+                "  mode() WITHIN GROUP (ORDER BY surface) AS nm,"
+                "  (SELECT left(string_agg(q.sentence, ' ' ORDER BY q.doc_id, q.sentence), 1500)"
+                "   FROM (SELECT DISTINCT m2.doc_id, m2.sentence FROM mentions m2"
+                "         WHERE m2.entity_id = m.entity_id ORDER BY m2.doc_id, m2.sentence"
+                "         LIMIT 5) q) AS x"
+                "  FROM mentions m WHERE m.entity_id = ANY(:ids) GROUP BY m.entity_id) s"
+                " WHERE e.id = s.entity_id"
+            ),
+            {"ids": ents},
+        )
+        changes.nodes_changed |= set(ents) - removed_nodes - changes.nodes_added
+
+
+async def log_changes(
+    conn: AsyncConnection, changes: ChangeSet, doc_id: str, event_id: str
+) -> int:
+    """Append every node/edge added, removed or changed to graph_changes; return the count."""
+    rows = [
+        {"k": kind, "r": ref, "o": op, "d": doc_id, "e": event_id}
+        for kind, op, refs in (
+            ("node", "add", changes.nodes_added),
+            ("node", "remove", changes.nodes_removed),
+            ("node", "change", changes.nodes_changed),
+            ("edge", "add", changes.edges_added),
+            ("edge", "remove", changes.edges_removed),
+            ("edge", "change", changes.edges_changed),
+        )
+        for ref in sorted(refs)
+    ]
+    if rows:
+        await conn.execute(
+            text(
+                "INSERT INTO graph_changes (kind, ref_id, op, doc_id, event_id)"
+                " VALUES (:k, :r, :o, :d, :e)"
+            ),
+            rows,
+        )
+    return len(rows)
+
+
+async def _upsert_entities(
+    conn: AsyncConnection, surfaces: dict[str, tuple[str, str]], changes: ChangeSet
+) -> dict[str, int]:
+    ids: dict[str, int] = {}
+    # Sorted keys: concurrent indexers lock entity rows in the same order, so no deadlocks.
+    for key in sorted(surfaces):
+        name, etype = surfaces[key]
+        row = (
+            await conn.execute(
+                text(
+                    "INSERT INTO entities (key, name, type) VALUES (:k, :n, :t)"
+                    " ON CONFLICT (key) DO UPDATE SET updated_at = now()"
+                    " RETURNING id, (xmax = 0) AS inserted"
+                ),
+                {"k": key, "n": name, "t": etype},
+            )
+        ).one()
+        ids[key] = row.id
+        if row.inserted:
+            changes.nodes_added.add(row.id)
+    return ids
+
+
+async def _upsert_relationships(
+    conn: AsyncConnection, edges: Sequence[tuple[int, int, str]], changes: ChangeSet
+) -> dict[tuple[int, int, str], int]:
+    ids: dict[tuple[int, int, str], int] = {}
+    for s, t, rtype in edges:
+        row = (
+            await conn.execute(
+                text(
+                    "INSERT INTO relationships (source_id, target_id, type) VALUES (:s, :t, :y)"
+                    " ON CONFLICT (source_id, target_id, type) DO UPDATE SET type = EXCLUDED.type"
+                    " RETURNING id, (xmax = 0) AS inserted"
+                ),
+                {"s": s, "t": t, "y": rtype},
+            )
+        ).one()
+        ids[(s, t, rtype)] = row.id
+        if row.inserted:
+            changes.edges_added.add(row.id)
+    return ids
+
+
+def _with_title(title: str, extraction: Extraction) -> Extraction:
+    """Every chunk is about its document's title: the prototype's passage-title node."""
+    if not title.strip():
+        return extraction
+    subject = ExtractedEntity(name=title.strip(), type="TOPIC", start=-1, end=-1, sentence=title)
+    return Extraction(entities=[*extraction.entities, subject], relations=extraction.relations)
+
+
+def _unique(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    seen: set[tuple[object, ...]] = set()
+    out = []
+    for row in rows:
+        marker = tuple(row.values())
+        if marker not in seen:
+            seen.add(marker)
+            out.append(row)
+    return out

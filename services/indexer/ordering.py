@@ -1,0 +1,63 @@
+"""Which events apply: versions first, content hash and time when versions are absent.
+Pure functions, so the rules can be read and tested in one place."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from services.core.contracts import DocumentEvent
+
+Decision = Literal["apply", "stale", "unchanged"]
+
+
+@dataclass(frozen=True)
+class StoredDoc:
+    """What the documents row says about a doc (a deleted doc keeps a tombstone row)."""
+
+    version: int | None
+    content_hash: str | None
+    occurred_at: datetime
+    deleted: bool
+
+
+def content_hash(title: str, text: str) -> str:
+    """The document's identity when no version is given."""
+    return hashlib.sha256(f"{title}\x1f{text}".encode()).hexdigest()
+
+
+def _older(stored: StoredDoc, event: DocumentEvent) -> bool:
+    """Is the event not newer than what is stored? Versions decide when both sides have one."""
+    if stored.version is not None and event.version is not None:
+        return event.version < stored.version
+    return event.occurred_at < stored.occurred_at
+
+
+def decide_upsert(stored: StoredDoc | None, event: DocumentEvent, doc_hash: str) -> Decision:
+    """An upsert applies unless it is older than what is stored or changes nothing."""
+    if stored is None:
+        return "apply"
+    if stored.deleted:
+        # A tombstone wins against anything not strictly newer: no resurrection by replays.
+        if stored.version is not None and event.version is not None:
+            return "apply" if event.version > stored.version else "stale"
+        return "apply" if event.occurred_at > stored.occurred_at else "stale"
+    if _older(stored, event):
+        return "stale"
+    if stored.content_hash == doc_hash:
+        return "unchanged"
+    if stored.version is not None and event.version is not None and event.version == stored.version:
+        # Same version, different content: the producer broke monotonicity; first one wins.
+        return "stale"
+    return "apply"
+
+
+def decide_delete(stored: StoredDoc | None, event: DocumentEvent) -> Decision:
+    """A delete applies unless a newer upsert is already stored."""
+    if stored is None:
+        return "apply"  # leaves a tombstone so an older upsert arriving later stays dead
+    if stored.deleted:
+        return "unchanged"
+    return "stale" if _older(stored, event) else "apply"

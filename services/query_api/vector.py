@@ -1,0 +1,65 @@
+"""Vector retrieval: top-k chunks by cosine distance over the HNSW index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.db.engine import vector_literal
+
+
+@dataclass(frozen=True)
+class ScoredChunk:
+    """A chunk with a retrieval score (cosine similarity for vector search)."""
+
+    chunk_id: int
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+
+async def vector_search(
+    conn: AsyncConnection, query_embedding: Sequence[float], k: int
+) -> list[ScoredChunk]:
+    """The k chunks nearest the query embedding (live documents only)."""
+    await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
+    rows = await conn.execute(
+        text(
+            "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
+            " FROM chunks c JOIN documents d USING (doc_id)"
+            " ORDER BY c.embedding <=> CAST(:q AS vector) LIMIT :k"
+        ),
+        {"q": vector_literal(query_embedding), "k": k},
+    )
+    return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]
+
+
+async def similarities(
+    conn: AsyncConnection, query_embedding: Sequence[float], chunk_ids: Sequence[int]
+) -> dict[int, float]:
+    """Cosine similarity of the query to each given chunk (for fusion)."""
+    if not chunk_ids:
+        return {}
+    rows = await conn.execute(
+        text(
+            "SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"
+        ),
+        {"q": vector_literal(query_embedding), "ids": list(chunk_ids)},
+    )
+    return {int(r[0]): float(r[1]) for r in rows.all()}
+
+
+async def load_chunks(conn: AsyncConnection, chunk_ids: Sequence[int]) -> dict[int, ScoredChunk]:
+    """Chunk rows by id (score 0: the caller sets it)."""
+    rows = await conn.execute(
+        text(
+            "SELECT c.id, c.doc_id, d.title, c.text FROM chunks c JOIN documents d USING (doc_id)"
+            " WHERE c.id = ANY(:ids)"
+        ),
+        {"ids": list(chunk_ids)},
+    )
+    return {int(r[0]): ScoredChunk(int(r[0]), r[1], r[2], r[3], 0.0) for r in rows.all()}
