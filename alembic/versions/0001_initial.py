@@ -143,7 +143,8 @@ CREATE TABLE graph_changes (
 
 CREATE TABLE snapshots (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    status            text NOT NULL CHECK (status IN ('building', 'published', 'retired', 'failed')),
+    status            text NOT NULL
+                      CHECK (status IN ('building', 'published', 'retired', 'failed')),
     watermark         bigint NOT NULL,
     nodes             integer NOT NULL DEFAULT 0,
     edges             integer NOT NULL DEFAULT 0,
@@ -223,9 +224,22 @@ CREATE TABLE token_usage (
 """
 
 TABLES = [
-    "token_usage", "dead_letters", "processed_events", "snapshot_entities", "community_members",
-    "communities", "snapshots", "graph_changes", "relationship_evidence", "relationships",
-    "mentions", "aliases", "entities", "chunks", "documents", "kg_meta",
+    "token_usage",
+    "dead_letters",
+    "processed_events",
+    "snapshot_entities",
+    "community_members",
+    "communities",
+    "snapshots",
+    "graph_changes",
+    "relationship_evidence",
+    "relationships",
+    "mentions",
+    "aliases",
+    "entities",
+    "chunks",
+    "documents",
+    "kg_meta",
 ]
 
 

@@ -5,20 +5,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import NullPool, create_engine, text
 from tqdm import tqdm
 
 from services.cli.supervisor import Stack, running_stack
-from services.core.producer import make_producer, numbered_lines, publish_events, validate_line
 from services.core.infra.ports import free_port
+from services.core.producer import make_producer, numbered_lines, publish_events, validate_line
 from services.core.settings import Settings
 
 SAMPLE = Path(__file__).resolve().parent / "sample"
 
 
-def run_demo(settings: Settings, events: Path | None, questions: Path | None, timeout: float) -> int:
+def run_demo(
+    settings: Settings, events: Path | None, questions: Path | None, timeout: float
+) -> int:
     """Returns the process exit code."""
     events = events or SAMPLE / "events.jsonl"
     questions = questions or SAMPLE / "questions.jsonl"
@@ -70,10 +73,10 @@ def _wait_indexed(stack: Stack, event_ids: set[str], timeout: float) -> None:
             time.sleep(0.5)
 
 
-def _ask(stack: Stack, q: dict[str, object]) -> None:
+def _ask(stack: Stack, q: dict[str, Any]) -> None:
     body = {"question": q["question"], "mode": "local", "k": 3}
     resp = httpx.post(f"{stack.api_url}/v1/query", json=body, timeout=60).json()
-    gold = set(q.get("gold_doc_ids", []))  # type: ignore[arg-type]
+    gold = set(q.get("gold_doc_ids", []))
     print(f"\nQ: {q['question']}")
     print(f"A: {resp['answer']}")
     print(f"   (reference answer: {q.get('answer')}; mode {resp['mode_used']})")

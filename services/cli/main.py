@@ -100,8 +100,9 @@ def publish(
     report = PublishReport()
     valid: list[dict[str, object]] = []
     total = sum(1 for _ in numbered_lines(file))
-    for number, raw in tqdm(numbered_lines(file), total=total, desc="validate", unit="line",
-                            disable=json_out):
+    for number, raw in tqdm(
+        numbered_lines(file), total=total, desc="validate", unit="line", disable=json_out
+    ):
         event, reason = validate_line(raw, settings.max_document_bytes)
         if event is None:
             report.rejected.append(Rejected(number, reason or "invalid"))
@@ -113,12 +114,15 @@ def publish(
     batch = 500
     with tqdm(total=len(valid), desc="publish", unit="event", disable=json_out) as bar:
         for start in range(0, len(valid), batch):
-            report.sent += publish_events(producer, topic or settings.documents_topic,
-                                          valid[start : start + batch])
+            report.sent += publish_events(
+                producer, topic or settings.documents_topic, valid[start : start + batch]
+            )
             bar.update(min(batch, len(valid) - start))
     producer.close()
     if json_out:
-        typer.echo(json.dumps({"sent": report.sent, "rejected": [r.__dict__ for r in report.rejected]}))
+        typer.echo(
+            json.dumps({"sent": report.sent, "rejected": [r.__dict__ for r in report.rejected]})
+        )
     else:
         for r in report.rejected:
             typer.secho(f"line {r.line}: {r.reason}", fg=typer.colors.YELLOW, err=True)
@@ -145,8 +149,12 @@ def worker(name: Annotated[str, typer.Argument(help="indexer | query-api")]) -> 
 
         from services.query_api.app import create_app
 
-        uvicorn.run(create_app(settings, endpoints), host=settings.api_host,
-                    port=settings.api_port, log_level=settings.log_level.lower())
+        uvicorn.run(
+            create_app(settings, endpoints),
+            host=settings.api_host,
+            port=settings.api_port,
+            log_level=settings.log_level.lower(),
+        )
     else:
         raise _fail(f"unknown worker {name!r}: choose indexer or query-api", 2)
 
@@ -168,7 +176,7 @@ def query(
 
     settings = _settings()
     try:
-        req = QueryRequest(question=question, mode=mode, k=k)  # type: ignore[arg-type]
+        req = QueryRequest(question=question, mode=mode, k=k)
     except ValidationError as exc:
         raise _fail(str(exc), 2) from exc
     service = build_service(settings, resolve_endpoints(settings))

@@ -100,4 +100,3 @@ def wait_http(stack: Stack, url: str, timeout: float) -> None:
 def _infra_alive(settings: Settings) -> bool:
     state = infra_status(settings)
     return state.postgres.alive and state.broker.alive
-

@@ -16,7 +16,9 @@ def build_embedder(settings: Settings) -> Embedder:
         client = openai.OpenAI(
             base_url=settings.openai_base_url, api_key=settings.openai_api_key.get_secret_value()
         )
-        embedder: Embedder = OpenAIEmbedder(client, settings.embedding_model, settings.embedding_dim)
+        embedder: Embedder = OpenAIEmbedder(
+            client, settings.embedding_model, settings.embedding_dim
+        )
     else:
         embedder = OnnxMiniLmEmbedder(batch_size=settings.embed_batch_size)
     if embedder.dim != settings.embedding_dim:

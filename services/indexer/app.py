@@ -9,12 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 import faust
 
 from services.core.chunking import Chunker
+from services.core.db.engine import make_engine
 from services.core.infra.manager import Endpoints
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
 from services.indexer.metrics import OUTCOMES
-from services.core.db.engine import make_engine
 
 log = logging.getLogger(__name__)
 

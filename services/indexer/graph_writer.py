@@ -46,10 +46,12 @@ async def existing_chunk_hashes(conn: AsyncConnection, doc_id: str) -> dict[str,
     rows = await conn.execute(
         text("SELECT content_hash, id FROM chunks WHERE doc_id = :d"), {"d": doc_id}
     )
-    return {h: i for h, i in rows.all()}
+    return {str(h): int(i) for h, i in rows.all()}
 
 
-async def remove_chunks(conn: AsyncConnection, chunk_ids: Sequence[int]) -> tuple[set[int], set[int]]:
+async def remove_chunks(
+    conn: AsyncConnection, chunk_ids: Sequence[int]
+) -> tuple[set[int], set[int]]:
     """Delete chunks (their mentions and evidence cascade); return the touched entity and
     relationship ids so their counts, weights and descriptions can be rebuilt."""
     if not chunk_ids:
@@ -59,7 +61,9 @@ async def remove_chunks(conn: AsyncConnection, chunk_ids: Sequence[int]) -> tupl
         text("SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:ids)"), {"ids": ids}
     )
     rels = await conn.execute(
-        text("SELECT DISTINCT relationship_id FROM relationship_evidence WHERE chunk_id = ANY(:ids)"),
+        text(
+            "SELECT DISTINCT relationship_id FROM relationship_evidence WHERE chunk_id = ANY(:ids)"
+        ),
         {"ids": ids},
     )
     entity_ids = {r[0] for r in ents.all()}
@@ -94,11 +98,17 @@ async def add_chunks(
                 " RETURNING id"
             ),
             {
-                "d": doc_id, "o": c.ord, "h": c.diff_hash, "t": c.text, "n": c.token_count,
-                "s": c.start_char, "e": c.end_char, "v": vector_literal(c.embedding),
+                "d": doc_id,
+                "o": c.ord,
+                "h": c.diff_hash,
+                "t": c.text,
+                "n": c.token_count,
+                "s": c.start_char,
+                "e": c.end_char,
+                "v": vector_literal(c.embedding),
             },
         )
-        chunk_ids[c.diff_hash] = int(cid)  # type: ignore[arg-type]
+        chunk_ids[c.diff_hash] = int(cid)
 
     surfaces: dict[str, tuple[str, str]] = {}  # key -> (first surface, first type)
     for c in chunks:
@@ -115,8 +125,14 @@ async def add_chunks(
             touched_entities.add(eid)
             mention_rows.append(
                 {
-                    "e": eid, "c": chunk_ids[c.diff_hash], "d": doc_id, "s": ent.name,
-                    "t": ent.type, "a": ent.start, "b": ent.end, "x": ent.sentence,
+                    "e": eid,
+                    "c": chunk_ids[c.diff_hash],
+                    "d": doc_id,
+                    "s": ent.name,
+                    "t": ent.type,
+                    "a": ent.start,
+                    "b": ent.end,
+                    "x": ent.sentence,
                 }
             )
             alias_rows.append({"e": eid, "a": ent.name, "k": entity_key(ent.name)})
@@ -148,9 +164,7 @@ async def add_chunks(
                 {"c": chunk_ids[c.diff_hash], "d": doc_id, "w": rel.strength, "x": rel.sentence}
             )
     rel_ids = await _upsert_relationships(conn, sorted(edge_rows), changes)
-    evidence = [
-        {**row, "r": rel_ids[edge]} for edge, rows in edge_rows.items() for row in rows
-    ]
+    evidence = [{**row, "r": rel_ids[edge]} for edge, rows in edge_rows.items() for row in rows]
     if evidence:
         await conn.execute(
             text(
@@ -242,9 +256,7 @@ async def rebuild(
         changes.nodes_changed |= set(ents) - removed_nodes - changes.nodes_added
 
 
-async def log_changes(
-    conn: AsyncConnection, changes: ChangeSet, doc_id: str, event_id: str
-) -> int:
+async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, event_id: str) -> int:
     """Append every node/edge added, removed or changed to graph_changes; return the count."""
     rows = [
         {"k": kind, "r": ref, "o": op, "d": doc_id, "e": event_id}

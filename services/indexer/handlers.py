@@ -77,7 +77,9 @@ async def handle_record(deps: IndexerDeps, record: RawRecord) -> Outcome:
                     deps, record, PermanentError("processing_failed", str(exc.orig)), event=event
                 )
                 return "dead_lettered"
-            log.warning("transient failure on %s, retrying in %.1fs: %s", event.event_id, delay, exc)
+            log.warning(
+                "transient failure on %s, retrying in %.1fs: %s", event.event_id, delay, exc
+            )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
@@ -117,13 +119,20 @@ async def _apply_upsert(deps: IndexerDeps, event: DocumentEvent) -> Outcome:
         await _write_document(conn, event, doc_hash, deleted=False)
         wanted = {h for h, _ in planned}
         changes = gw.ChangeSet()
-        ents, rels = await gw.remove_chunks(conn, [i for h, i in current.items() if h not in wanted])
+        ents, rels = await gw.remove_chunks(
+            conn, [i for h, i in current.items() if h not in wanted]
+        )
         await gw.reorder_chunks(conn, {current[h]: c.ord for h, c in planned if h in current})
         new_chunks = [
             gw.NewChunk(
-                ord=c.ord, diff_hash=h, text=c.text, token_count=c.token_count,
-                start_char=c.start_char, end_char=c.end_char,
-                embedding=computed[h][0], extraction=computed[h][1],
+                ord=c.ord,
+                diff_hash=h,
+                text=c.text,
+                token_count=c.token_count,
+                start_char=c.start_char,
+                end_char=c.end_char,
+                embedding=computed[h][0],
+                extraction=computed[h][1],
             )
             for h, c in planned
             if h not in current
@@ -193,18 +202,31 @@ async def dead_letter(
                 ' ON CONFLICT (topic, partition, "offset") DO NOTHING'
             ),
             {
-                "e": event_id, "d": doc_id, "t": record.topic, "p": record.partition,
-                "o": record.offset, "k": key, "r": raw, "why": exc.reason,
+                "e": event_id,
+                "d": doc_id,
+                "t": record.topic,
+                "p": record.partition,
+                "o": record.offset,
+                "k": key,
+                "r": raw,
+                "why": exc.reason,
                 "detail": exc.detail[:4000],
             },
         )
         if event is not None:
             await _mark_processed(conn, event, "dead_lettered")
     payload = {
-        "schema_version": 1, "reason": exc.reason, "detail": exc.detail[:4000],
-        "event_id": event_id, "doc_id": doc_id,
-        "source": {"topic": record.topic, "partition": record.partition,
-                   "offset": record.offset, "key": key},
+        "schema_version": 1,
+        "reason": exc.reason,
+        "detail": exc.detail[:4000],
+        "event_id": event_id,
+        "doc_id": doc_id,
+        "source": {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": key,
+        },
         "raw_base64": base64.b64encode(raw).decode("ascii"),
         "failed_at": datetime.now(UTC).isoformat(),
     }
@@ -278,9 +300,16 @@ async def _write_document(
             " last_event_id = EXCLUDED.last_event_id, updated_at = now()"
         ),
         {
-            "d": event.doc_id, "tn": event.tenant, "t": event.title, "v": event.version,
-            "h": doc_hash, "m": json.dumps(event.metadata), "acl": event.acl,
-            "at": event.occurred_at, "del": deleted, "e": event.event_id,
+            "d": event.doc_id,
+            "tn": event.tenant,
+            "t": event.title,
+            "v": event.version,
+            "h": doc_hash,
+            "m": json.dumps(event.metadata),
+            "acl": event.acl,
+            "at": event.occurred_at,
+            "del": deleted,
+            "e": event.event_id,
         },
     )
 

@@ -35,7 +35,9 @@ def _older(stored: StoredDoc, event: DocumentEvent) -> bool:
     return event.occurred_at < stored.occurred_at
 
 
-def decide_upsert(stored: StoredDoc | None, event: DocumentEvent, doc_hash: str) -> Decision:
+def decide_upsert(  # noqa: PLR0911 - one return per rule reads best
+    stored: StoredDoc | None, event: DocumentEvent, doc_hash: str
+) -> Decision:
     """An upsert applies unless it is older than what is stored or changes nothing."""
     if stored is None:
         return "apply"

@@ -23,7 +23,9 @@ from services.query_api.schemas import QueryRequest, QueryResponse
 from services.query_api.service import QueryService
 
 LATENCY = Histogram(
-    "kgstream_query_seconds", "Query latency by mode", ["mode"],
+    "kgstream_query_seconds",
+    "Query latency by mode",
+    ["mode"],
     buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
 )
 
@@ -63,9 +65,14 @@ def create_app(settings: Settings, endpoints: Endpoints) -> FastAPI:
     @app.exception_handler(ConfigurationError)
     async def _config_error(_: Request, exc: ConfigurationError) -> JSONResponse:
         return JSONResponse(
-            {"type": "about:blank", "title": "Service misconfigured", "status": 503,
-             "detail": str(exc)},
-            status_code=503, media_type="application/problem+json",
+            {
+                "type": "about:blank",
+                "title": "Service misconfigured",
+                "status": 503,
+                "detail": str(exc),
+            },
+            status_code=503,
+            media_type="application/problem+json",
         )
 
     @app.post("/v1/query", response_model=QueryResponse)

@@ -19,9 +19,62 @@ HUB_MENTIONS = 200  # entities mentioned more often than this are not expanded t
 MAX_NGRAM = 5
 _WORD = re.compile(r"[\w'’.-]+", re.UNICODE)
 _STOP = frozenset(
-    "a an the of in on at to for from by with and or is was are were be been which who whom "
-    "what when where why how did does do that this these those it its as than both same "
-    "same other also their his her they he she film one two first".split()
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "and",
+        "or",
+        "is",
+        "was",
+        "are",
+        "were",
+        "be",
+        "been",
+        "which",
+        "who",
+        "whom",
+        "what",
+        "when",
+        "where",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "that",
+        "this",
+        "these",
+        "those",
+        "it",
+        "its",
+        "as",
+        "than",
+        "both",
+        "same",
+        "same",
+        "other",
+        "also",
+        "their",
+        "his",
+        "her",
+        "they",
+        "he",
+        "she",
+        "film",
+        "one",
+        "two",
+        "first",
+    ]
 )
 
 
@@ -166,7 +219,9 @@ def zscores(values: Mapping[int, float]) -> dict[int, float]:
     return {k: ((v - mean) / sd if sd > 1e-12 else 0.0) for k, v in values.items()}
 
 
-def fuse(dense: Mapping[int, float], ppr: Mapping[int, float], vector_weight: float) -> dict[int, float]:
+def fuse(
+    dense: Mapping[int, float], ppr: Mapping[int, float], vector_weight: float
+) -> dict[int, float]:
     """vector_weight·z(dense) + (1-vector_weight)·z(log1p(PPR / median PPR))."""
     positive = sorted(v for v in ppr.values() if v > 0)
     median = positive[len(positive) // 2] if positive else 1.0

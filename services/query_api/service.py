@@ -36,7 +36,9 @@ class QueryService:
         """Retrieve contexts for the question in the requested (or routed) mode."""
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
-        embedding = (await loop.run_in_executor(self.executor, self.embedder.embed, [req.question]))[0]
+        embedding = (
+            await loop.run_in_executor(self.executor, self.embedder.embed, [req.question])
+        )[0]
         mode: Mode = "local" if req.mode in ("local", "auto") else "vector"
         t_embed = time.perf_counter()
         async with self.engine.connect() as conn:
@@ -77,7 +79,9 @@ class QueryService:
             await loop.run_in_executor(self.executor, self.extractor.extract, [req.question])
         )[0]
         total = int(await conn.scalar(text("SELECT count(*) FROM chunks")) or 0)
-        grounding = await local.ground(conn, req.question, [e.name for e in extraction.entities], total)
+        grounding = await local.ground(
+            conn, req.question, [e.name for e in extraction.entities], total
+        )
         if not grounding.weights:
             return [], [], []
         hood = await local.neighbourhood(conn, sorted(grounding.weights))
@@ -94,10 +98,15 @@ class QueryService:
             for c in ranked
             if c in rows
         ]
-        names = [grounding.names[e] for e in sorted(grounding.weights, key=lambda e: -grounding.weights[e])]
+        names = [
+            grounding.names[e]
+            for e in sorted(grounding.weights, key=lambda e: -grounding.weights[e])
+        ]
         paths = [
             PathStep(
-                source=hood.names.get(s, str(s)), relation=rtype, target=hood.names.get(t, str(t)),
+                source=hood.names.get(s, str(s)),
+                relation=rtype,
+                target=hood.names.get(t, str(t)),
                 evidence=desc[:300],
             )
             for s, t, rtype, desc in hood.relations[:10]
@@ -107,8 +116,12 @@ class QueryService:
 
 def _context(chunk: ScoredChunk, score: float, why: str) -> Context:
     return Context(
-        doc_id=chunk.doc_id, chunk_id=chunk.chunk_id, title=chunk.title, text=chunk.text,
-        score=round(score, 6), why=why,
+        doc_id=chunk.doc_id,
+        chunk_id=chunk.chunk_id,
+        title=chunk.title,
+        text=chunk.text,
+        score=round(score, 6),
+        why=why,
     )
 
 

@@ -45,9 +45,7 @@ async def similarities(
     if not chunk_ids:
         return {}
     rows = await conn.execute(
-        text(
-            "SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"
-        ),
+        text("SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"),
         {"q": vector_literal(query_embedding), "ids": list(chunk_ids)},
     )
     return {int(r[0]): float(r[1]) for r in rows.all()}
