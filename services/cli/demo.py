@@ -32,7 +32,7 @@ def run_demo(
             print(f"{events}:{number}: {reason}")
             return 1
         docs.append(event)
-    with running_stack(settings, free_port()) as stack:
+    with running_stack(settings, free_port(), child_log_level="WARNING") as stack:
         producer = make_producer(stack.endpoints.kafka_bootstrap_servers)
         publish_events(producer, settings.documents_topic, docs)
         producer.close()

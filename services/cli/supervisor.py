@@ -52,7 +52,9 @@ def prepare(settings: Settings, say: bool = True) -> Endpoints:
 
 
 @contextlib.contextmanager
-def running_stack(settings: Settings, api_port: int) -> Iterator[Stack]:
+def running_stack(
+    settings: Settings, api_port: int, child_log_level: str | None = None
+) -> Iterator[Stack]:
     """Start infra (if needed), migrate, start the indexer and the query API; stop all of it
     on exit, including infrastructure this call started."""
     was_running = _infra_alive(settings)
@@ -63,6 +65,7 @@ def running_stack(settings: Settings, api_port: int) -> Iterator[Stack]:
         "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": endpoints.kafka_bootstrap_servers,
         "KGSTREAM_API_PORT": str(api_port),
         "KGSTREAM_HOME": str(settings.home_dir),
+        "KGSTREAM_LOG_LEVEL": child_log_level or settings.log_level,
     }
     stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}")
     try:
