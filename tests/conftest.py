@@ -24,6 +24,9 @@ from services.core.infra.postgres import EmbeddedPostgres
 from services.core.infra.topics import ensure_topics
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps
+from services.indexer.resolution import ResolverConfig
+
+pytest_plugins = ["tests.support.fixtures"]
 
 SAMPLE = Path(__file__).resolve().parents[1] / "services" / "cli" / "sample"
 TEMPLATE_DB = "kgstream_template"
@@ -138,6 +141,7 @@ async def deps(
         executor=cpu_pool,
         publish_dead_letter=publish,
         max_document_bytes=settings.max_document_bytes,
+        resolver=ResolverConfig.from_settings(settings),
     )
     await engine.dispose()
     producer.close()

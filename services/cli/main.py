@@ -20,6 +20,8 @@ infra_app = typer.Typer(no_args_is_help=True, help="Embedded PostgreSQL and Kafk
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 app.add_typer(infra_app, name="infra")
 app.add_typer(db_app, name="db")
+dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list and replay.")
+app.add_typer(dlq_app, name="dlq")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -249,6 +251,71 @@ def demo(
     from services.cli.demo import run_demo
 
     sys.exit(run_demo(_settings(), events, questions, timeout))
+
+
+@dlq_app.command("list")
+def dlq_list(
+    json_out: JsonFlag = False,
+    include_replayed: Annotated[bool, typer.Option("--all", help="Include replayed.")] = False,
+    limit: Annotated[int, typer.Option(min=1)] = 100,
+) -> None:
+    """Dead letters, newest first, with their reasons."""
+    from services.core.db.engine import make_engine
+    from services.core.dead_letters import list_dead_letters
+    from services.core.infra.manager import resolve_endpoints
+
+    engine = make_engine(resolve_endpoints(_settings()).database_url)
+
+    async def go() -> list[Any]:
+        try:
+            return await list_dead_letters(engine, include_replayed=include_replayed, limit=limit)
+        finally:
+            await engine.dispose()
+
+    letters = asyncio.run(go())
+    if json_out:
+        typer.echo(json.dumps([d.to_dict() for d in letters], indent=2))
+        return
+    for d in letters:
+        where = f"{d.topic}/{d.partition}@{d.offset}"
+        typer.echo(f"#{d.id} {d.created_at:%Y-%m-%d %H:%M:%S} {where} {d.reason}: {d.detail[:160]}")
+    typer.echo(f"{len(letters)} dead letter(s)")
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    ids: Annotated[list[int] | None, typer.Option("--id", help="Only these ids.")] = None,
+    topic: Annotated[str | None, typer.Option(help="Target (default: documents topic).")] = None,
+) -> None:
+    """Publish dead letters' raw payloads again (after fixing their cause); marks them replayed."""
+    from services.core.db.engine import make_engine
+    from services.core.dead_letters import list_dead_letters, mark_replayed, republish
+    from services.core.infra.manager import resolve_endpoints
+    from services.core.producer import make_producer
+
+    settings = _settings()
+    endpoints = resolve_endpoints(settings)
+    engine = make_engine(endpoints.database_url)
+
+    async def go() -> int:
+        try:
+            letters = await list_dead_letters(engine, ids=ids or (), limit=100_000)
+            if ids and {d.id for d in letters} != set(ids):
+                missing = sorted(set(ids) - {d.id for d in letters})
+                raise _fail(f"no unreplayed dead letter with id {missing}", 2)
+            producer = make_producer(endpoints.kafka_bootstrap_servers)
+            try:
+                target = topic or settings.documents_topic
+                sent = await asyncio.to_thread(republish, producer, target, letters)
+            finally:
+                producer.close()
+            await mark_replayed(engine, [d.id for d in letters])
+            return sent
+        finally:
+            await engine.dispose()
+
+    sent = asyncio.run(go())
+    typer.echo(f"replayed {sent} dead letter(s)")
 
 
 def _print_state(state: dict[str, Any], json_out: bool) -> None:

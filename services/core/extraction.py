@@ -13,6 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from spacy.language import Language
+from spacy.tokens import Span
+
 # Numbers and dates make hubs, not useful nodes (measured on the dev set).
 DROPPED_ENTITY_TYPES = frozenset(
     {"CARDINAL", "ORDINAL", "QUANTITY", "PERCENT", "MONEY", "DATE", "TIME"}
@@ -53,11 +56,22 @@ class ExtractedRelation:
 
 
 @dataclass(frozen=True)
+class TokenUsage:
+    """LLM tokens spent on one piece of work, summed over ``calls`` completions."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    calls: int
+
+
+@dataclass(frozen=True)
 class Extraction:
-    """Everything extracted from one chunk."""
+    """Everything extracted from one chunk; ``usage`` is set by LLM extractors only."""
 
     entities: list[ExtractedEntity]
     relations: list[ExtractedRelation]
+    usage: TokenUsage | None = None
 
 
 @runtime_checkable
@@ -79,6 +93,10 @@ class SpacyExtractor(Extractor):
         # different name and spacy download would reach the network.
         module = importlib.import_module(SPACY_PACKAGE)
         self._nlp: Any = module.load()
+        _register_newline_components()
+        # A line break (e.g. between a title and its text) ends a sentence and an entity.
+        self._nlp.add_pipe("kgstream_newline_sentences", before="parser")
+        self._nlp.add_pipe("kgstream_split_entities_at_newlines", after="ner")
         self.name = f"spacy:{SPACY_PACKAGE}-{self._nlp.meta.get('version', '?')}"
         self.batch_size = batch_size
 
@@ -87,6 +105,33 @@ class SpacyExtractor(Extractor):
         return [
             _extract_doc(doc) for doc in self._nlp.pipe(list(texts), batch_size=self.batch_size)
         ]
+
+
+def _register_newline_components() -> None:
+    if Language.has_factory("kgstream_newline_sentences"):
+        return
+
+    @Language.component("kgstream_newline_sentences")
+    def newline_sentences(doc: Any) -> Any:
+        for tok in doc[:-1]:
+            if tok.is_space and "\n" in tok.text:
+                doc[tok.i + 1].is_sent_start = True
+        return doc
+
+    @Language.component("kgstream_split_entities_at_newlines")
+    def split_entities(doc: Any) -> Any:
+        parts = []
+        for ent in doc.ents:
+            start = ent.start
+            for tok in ent:
+                if tok.is_space or "\n" in tok.text:
+                    if tok.i > start:
+                        parts.append(Span(doc, start, tok.i, label=ent.label))
+                    start = tok.i + 1
+            if start < ent.end:
+                parts.append(Span(doc, start, ent.end, label=ent.label))
+        doc.ents = parts
+        return doc
 
 
 # --- per-document extraction ----------------------------------------------------------
@@ -102,7 +147,7 @@ def _extract_doc(doc: Any) -> Extraction:
         mentions = sorted(
             {id(span): span for span in token_ent.values()}.values(), key=lambda s: s.start
         )
-        sentence = sent.text
+        sentence = sent.text.strip()
         for span in mentions:
             entities.append(
                 ExtractedEntity(

@@ -32,7 +32,13 @@ def build_embedder(settings: Settings) -> Embedder:
 def build_extractor(settings: Settings) -> Extractor:
     """The extractor the settings name."""
     if settings.extractor_backend == "openai":
-        raise ConfigurationError(
-            "extractor_backend=openai is not implemented yet (issue 3); use the default 'spacy'"
+        from services.core.llm import OpenAIExtractor, make_openai_client
+
+        return OpenAIExtractor(
+            make_openai_client(settings),
+            settings.llm_model,
+            max_attempts=settings.llm_max_attempts,
+            concurrency=settings.llm_concurrency,
+            gleanings=settings.extraction_gleanings,
         )
     return SpacyExtractor()

@@ -74,10 +74,85 @@ class Settings(BaseSettings):
     embedding_model: str = Field(
         default="text-embedding-3-small", description="Embedding model when backend=openai."
     )
+    llm_timeout_s: float = Field(default=60.0, gt=0, description="Per-request LLM timeout.")
+    llm_max_attempts: int = Field(
+        default=4, ge=1, description="Tries per LLM call; only transient errors are retried."
+    )
+    llm_concurrency: int = Field(default=4, ge=1, description="Parallel LLM calls per process.")
+    extraction_gleanings: int = Field(
+        default=0, ge=0, le=3, description="Extra 'anything missed?' passes per chunk (LLM)."
+    )
+
+    # --- entity resolution ----------------------------------------------
+    resolution_trigram_threshold: float = Field(
+        default=0.6, gt=0, le=1, description="Name trigram similarity for a merge candidate."
+    )
+    resolution_embedding_threshold: float = Field(
+        default=0.92, gt=0, le=1, description="Cosine of name embeddings that merges outright."
+    )
+    resolution_ambiguous_floor: float = Field(
+        default=0.80,
+        gt=0,
+        le=1,
+        description="Cosine from here up to the merge threshold is ambiguous: LLM adjudicates "
+        "when configured, else no merge.",
+    )
 
     # --- communities ----------------------------------------------------
     recompute_threshold: float = Field(
         default=0.10, gt=0, le=1, description="Change ratio above which communities recompute."
+    )
+
+    # --- communities (issue 4) -------------------------------------------
+    communities_check_interval_s: float = Field(
+        default=10.0, gt=0, description="How often the communities worker checks the ratio."
+    )
+    communities_min_interval_s: float = Field(
+        default=30.0, ge=0, description="Minimum time between two recomputes (any replica)."
+    )
+    communities_max_staleness_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Recompute after this long when the change ratio is above zero.",
+    )
+    communities_max_sizes: list[int] = Field(
+        default=[10],
+        min_length=1,
+        description="Per level (the last repeats): communities larger than this split again.",
+    )
+    communities_resolutions: list[float] = Field(
+        default=[1.0],
+        min_length=1,
+        description="Per level (the last repeats): Leiden modularity resolution.",
+    )
+    communities_max_levels: int = Field(
+        default=5, ge=1, le=16, description="Depth limit of the community hierarchy."
+    )
+    communities_leiden_iterations: int = Field(
+        default=2, description="Leiden iterations per run (negative: until stable)."
+    )
+    communities_seed: int = Field(default=42, description="Leiden random seed (determinism).")
+    communities_min_jaccard: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        description="Member overlap a new community needs to keep an old community's id.",
+    )
+    snapshots_keep: int = Field(
+        default=3, ge=1, description="Snapshots kept (the published one and the newest retired)."
+    )
+    community_reports: Literal["auto", "extractive", "llm", "none"] = Field(
+        default="auto",
+        description="Report writer: auto = LLM when KGSTREAM_OPENAI_BASE_URL is set, else "
+        "extractive; none = no reports (titles stay empty).",
+    )
+    community_report_input_tokens: list[int] = Field(
+        default=[6000, 4000],
+        min_length=1,
+        description="Per level (the last repeats): token budget of an LLM report's context.",
+    )
+    community_report_output_tokens: int = Field(
+        default=1200, ge=64, description="max_tokens of one LLM report."
     )
 
     # --- query API ------------------------------------------------------

@@ -15,6 +15,7 @@ from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
 from services.indexer.metrics import OUTCOMES
+from services.indexer.resolution import ResolverConfig
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
         publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
         max_document_bytes=settings.max_document_bytes,
+        resolver=ResolverConfig.from_settings(settings),
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
 

@@ -4,7 +4,8 @@ piece of relationship evidence) refers to them: reference counting through prove
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
@@ -13,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.db.engine import vector_literal
 from services.core.extraction import ExtractedEntity, Extraction
 from services.core.normalize import entity_key
+from services.indexer.resolution import ResolverConfig, document_surfaces, resolve_entities
 
 
 @dataclass(frozen=True)
@@ -81,47 +83,68 @@ async def reorder_chunks(conn: AsyncConnection, ords: dict[int, int]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """What entity resolution needs besides the database: the document's short-form map,
+    embeddings of names not stored yet, and the thresholds."""
+
+    canonical: Mapping[str, str]
+    name_embeddings: Mapping[str, Sequence[float]]
+    config: ResolverConfig
+
+
 async def add_chunks(
-    conn: AsyncConnection, doc_id: str, title: str, chunks: Sequence[NewChunk], changes: ChangeSet
+    conn: AsyncConnection,
+    *,
+    doc_id: str,
+    title: str,
+    chunks: Sequence[NewChunk],
+    resolution: Resolution,
+    changes: ChangeSet,
 ) -> tuple[set[int], set[int]]:
     """Insert new chunks, their mentions and relationship evidence; return touched ids."""
     touched_entities: set[int] = set()
     touched_rels: set[int] = set()
     if not chunks:
         return touched_entities, touched_rels
-    chunk_ids: dict[str, int] = {}
-    for c in chunks:
-        cid = await conn.scalar(
-            text(
-                "INSERT INTO chunks (doc_id, ord, content_hash, text, token_count, start_char,"
-                " end_char, embedding) VALUES (:d, :o, :h, :t, :n, :s, :e, CAST(:v AS vector))"
-                " RETURNING id"
-            ),
-            {
-                "d": doc_id,
-                "o": c.ord,
-                "h": c.diff_hash,
-                "t": c.text,
-                "n": c.token_count,
-                "s": c.start_char,
-                "e": c.end_char,
-                "v": vector_literal(c.embedding),
-            },
-        )
-        chunk_ids[c.diff_hash] = int(cid)
+    inserted = await conn.execute(
+        text(
+            "INSERT INTO chunks (doc_id, ord, content_hash, text, token_count, start_char,"
+            " end_char, embedding) SELECT :d, o, h, t, n, s, e, CAST(v AS vector) FROM unnest("
+            " CAST(:o AS int[]), CAST(:h AS text[]), CAST(:t AS text[]), CAST(:n AS int[]),"
+            " CAST(:s AS int[]), CAST(:e AS int[]), CAST(:v AS text[])) AS u(o, h, t, n, s, e, v)"
+            " RETURNING id, content_hash"
+        ),
+        {
+            "d": doc_id,
+            "o": [c.ord for c in chunks],
+            "h": [c.diff_hash for c in chunks],
+            "t": [c.text for c in chunks],
+            "n": [c.token_count for c in chunks],
+            "s": [c.start_char for c in chunks],
+            "e": [c.end_char for c in chunks],
+            "v": [vector_literal(c.embedding) for c in chunks],
+        },
+    )
+    chunk_ids = {str(r.content_hash): int(r.id) for r in inserted.all()}
 
-    surfaces: dict[str, tuple[str, str]] = {}  # key -> (first surface, first type)
-    for c in chunks:
-        for ent in _with_title(title, c.extraction).entities:
-            key = entity_key(ent.name)
-            surfaces.setdefault(key, (ent.name, ent.type))
-    ids = await _upsert_entities(conn, surfaces, changes)
+    mentioned = [e for c in chunks for e in with_title(title, c.extraction).entities]
+    surfaces = document_surfaces(mentioned, resolution.canonical)
+    resolved = await resolve_entities(conn, surfaces, resolution.name_embeddings, resolution.config)
+    changes.nodes_added |= resolved.added
+    ids = resolved.ids
+
+    def entity_id(name: str) -> int | None:
+        own = entity_key(name)
+        return ids.get(resolution.canonical.get(own, own))
 
     mention_rows = []
     alias_rows = []
     for c in chunks:
-        for ent in _with_title(title, c.extraction).entities:
-            eid = ids[entity_key(ent.name)]
+        for ent in with_title(title, c.extraction).entities:
+            eid = entity_id(ent.name)
+            if eid is None:
+                continue
             touched_entities.add(eid)
             mention_rows.append(
                 {
@@ -155,7 +178,7 @@ async def add_chunks(
     edge_rows: dict[tuple[int, int, str], list[dict[str, object]]] = {}
     for c in chunks:
         for rel in c.extraction.relations:
-            s, t = ids.get(entity_key(rel.source)), ids.get(entity_key(rel.target))
+            s, t = entity_id(rel.source), entity_id(rel.target)
             if s is None or t is None or s == t:
                 continue
             if rel.type == "co_occurs" and s > t:
@@ -243,13 +266,24 @@ async def rebuild(
                 " description = s.x, updated_at = now()"
                 " FROM (SELECT entity_id, count(*) AS n,"
                 "  mode() WITHIN GROUP (ORDER BY type) AS t,"
-                "  mode() WITHIN GROUP (ORDER BY surface) AS nm,"
+                "  (SELECT m3.surface FROM mentions m3 WHERE m3.entity_id = m.entity_id"
+                "   GROUP BY m3.surface ORDER BY (m3.surface LIKE '% %') DESC, count(*) DESC,"
+                "   m3.surface LIMIT 1) AS nm,"
                 "  (SELECT left(string_agg(q.sentence, ' ' ORDER BY q.doc_id, q.sentence), 1500)"
                 "   FROM (SELECT DISTINCT m2.doc_id, m2.sentence FROM mentions m2"
                 "         WHERE m2.entity_id = m.entity_id ORDER BY m2.doc_id, m2.sentence"
                 "         LIMIT 5) q) AS x"
                 "  FROM mentions m WHERE m.entity_id = ANY(:ids) GROUP BY m.entity_id) s"
                 " WHERE e.id = s.entity_id"
+            ),
+            {"ids": ents},
+        )
+        # Aliases are the surfaces that still have mentions.
+        await conn.execute(
+            text(
+                "DELETE FROM aliases a WHERE a.entity_id = ANY(:ids) AND NOT EXISTS"
+                " (SELECT 1 FROM mentions m WHERE m.entity_id = a.entity_id"
+                "  AND m.surface = a.alias)"
             ),
             {"ids": ents},
         )
@@ -281,55 +315,40 @@ async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, ev
     return len(rows)
 
 
-async def _upsert_entities(
-    conn: AsyncConnection, surfaces: dict[str, tuple[str, str]], changes: ChangeSet
-) -> dict[str, int]:
-    ids: dict[str, int] = {}
-    # Sorted keys: concurrent indexers lock entity rows in the same order, so no deadlocks.
-    for key in sorted(surfaces):
-        name, etype = surfaces[key]
-        row = (
-            await conn.execute(
-                text(
-                    "INSERT INTO entities (key, name, type) VALUES (:k, :n, :t)"
-                    " ON CONFLICT (key) DO UPDATE SET updated_at = now()"
-                    " RETURNING id, (xmax = 0) AS inserted"
-                ),
-                {"k": key, "n": name, "t": etype},
-            )
-        ).one()
-        ids[key] = row.id
-        if row.inserted:
-            changes.nodes_added.add(row.id)
-    return ids
-
-
 async def _upsert_relationships(
     conn: AsyncConnection, edges: Sequence[tuple[int, int, str]], changes: ChangeSet
 ) -> dict[tuple[int, int, str], int]:
+    if not edges:
+        return {}
+    # Sorted rows: concurrent indexers lock relationship rows in the same order.
+    rows = await conn.execute(
+        text(
+            "INSERT INTO relationships (source_id, target_id, type)"
+            " SELECT s, t, y FROM unnest(CAST(:s AS bigint[]), CAST(:t AS bigint[]),"
+            "  CAST(:y AS text[])) AS u(s, t, y) ORDER BY s, t, y"
+            " ON CONFLICT (source_id, target_id, type) DO UPDATE SET type = EXCLUDED.type"
+            " RETURNING id, source_id, target_id, type, (xmax = 0) AS inserted"
+        ),
+        {"s": [e[0] for e in edges], "t": [e[1] for e in edges], "y": [e[2] for e in edges]},
+    )
     ids: dict[tuple[int, int, str], int] = {}
-    for s, t, rtype in edges:
-        row = (
-            await conn.execute(
-                text(
-                    "INSERT INTO relationships (source_id, target_id, type) VALUES (:s, :t, :y)"
-                    " ON CONFLICT (source_id, target_id, type) DO UPDATE SET type = EXCLUDED.type"
-                    " RETURNING id, (xmax = 0) AS inserted"
-                ),
-                {"s": s, "t": t, "y": rtype},
-            )
-        ).one()
-        ids[(s, t, rtype)] = row.id
-        if row.inserted:
-            changes.edges_added.add(row.id)
+    for r in rows.all():
+        ids[(int(r.source_id), int(r.target_id), str(r.type))] = int(r.id)
+        if r.inserted:
+            changes.edges_added.add(int(r.id))
     return ids
 
 
-def _with_title(title: str, extraction: Extraction) -> Extraction:
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def with_title(title: str, extraction: Extraction) -> Extraction:
     """Every chunk is about its document's title: the prototype's passage-title node."""
     if not title.strip():
         return extraction
-    subject = ExtractedEntity(name=title.strip(), type="TOPIC", start=-1, end=-1, sentence=title)
+    # Wikipedia-style disambiguation ("Twins (group)") is not part of the name.
+    name = _DISAMBIGUATION.sub("", title).strip() or title.strip()
+    subject = ExtractedEntity(name=name, type="TOPIC", start=-1, end=-1, sentence=title)
     return Extraction(entities=[*extraction.entities, subject], relations=extraction.relations)
 
 

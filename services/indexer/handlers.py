@@ -24,6 +24,7 @@ from services.core.errors import PermanentError, TransientError
 from services.core.extraction import Extraction, Extractor
 from services.indexer import graph_writer as gw
 from services.indexer.ordering import StoredDoc, content_hash, decide_delete, decide_upsert
+from services.indexer.resolution import ResolverConfig, document_surfaces, local_canonical
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class IndexerDeps:
     executor: Executor
     publish_dead_letter: DeadLetterPublisher
     max_document_bytes: int
-    max_attempts: int = 3
+    resolver: ResolverConfig
 
 
 async def handle_record(deps: IndexerDeps, record: RawRecord) -> Outcome:
@@ -103,6 +104,7 @@ async def _apply_upsert(deps: IndexerDeps, event: DocumentEvent) -> Outcome:
     fresh = [(h, c) for h, c in planned if h not in existing] if worth_it == "apply" else []
     embeddings, extractions = await _embed_and_extract(deps, event, [c for _, c in fresh])
     computed = {h: (e, x) for (h, _), e, x in zip(fresh, embeddings, extractions, strict=True)}
+    resolution = await _prepare_resolution(deps, event.title, extractions)
 
     async with deps.engine.begin() as conn:
         if not await _mark_processed(conn, event, "pending"):
@@ -137,8 +139,16 @@ async def _apply_upsert(deps: IndexerDeps, event: DocumentEvent) -> Outcome:
             for h, c in planned
             if h not in current
         ]
-        e2, r2 = await gw.add_chunks(conn, event.doc_id, event.title, new_chunks, changes)
+        e2, r2 = await gw.add_chunks(
+            conn,
+            doc_id=event.doc_id,
+            title=event.title,
+            chunks=new_chunks,
+            resolution=resolution,
+            changes=changes,
+        )
         await gw.rebuild(conn, ents | e2, rels | r2, changes)
+        await _record_token_usage(conn, event.doc_id, [c.extraction for c in new_chunks])
         await gw.log_changes(conn, changes, event.doc_id, event.event_id)
         await _set_outcome(conn, event.event_id, "applied")
     return "applied"
@@ -163,6 +173,27 @@ async def _apply_delete(deps: IndexerDeps, event: DocumentEvent) -> Outcome:
     return "deleted"
 
 
+async def _prepare_resolution(
+    deps: IndexerDeps, title: str, extractions: Sequence[Extraction]
+) -> gw.Resolution:
+    """Short forms within the document, and name embeddings for keys the database lacks
+    (embedded once here, outside the transaction)."""
+    mentioned = [e for x in extractions for e in gw.with_title(title, x).entities]
+    canonical = local_canonical(mentioned)
+    surfaces = document_surfaces(mentioned, canonical)
+    async with deps.engine.connect() as conn:
+        known = await conn.execute(
+            text("SELECT DISTINCT key FROM entities WHERE key = ANY(:k)"), {"k": sorted(surfaces)}
+        )
+        missing = sorted(set(surfaces) - {r[0] for r in known.all()})
+    vectors: list[list[float]] = []
+    if missing:
+        names = [surfaces[k].name for k in missing]
+        loop = asyncio.get_running_loop()
+        vectors = await loop.run_in_executor(deps.executor, deps.embedder.embed, names)
+    return gw.Resolution(canonical, dict(zip(missing, vectors, strict=True)), deps.resolver)
+
+
 async def _embed_and_extract(
     deps: IndexerDeps, event: DocumentEvent, chunks: Sequence[Chunk]
 ) -> tuple[list[list[float]], list[Extraction]]:
@@ -172,18 +203,15 @@ async def _embed_and_extract(
     loop = asyncio.get_running_loop()
     embed_inputs = [t if i == 0 else f"{event.title}\n{t}" for i, t in enumerate(texts)]
     embeddings = await loop.run_in_executor(deps.executor, deps.embedder.embed, embed_inputs)
-    last: Exception | None = None
-    for attempt in range(deps.max_attempts):
-        try:
-            extractions = await loop.run_in_executor(deps.executor, deps.extractor.extract, texts)
-        except TransientError as exc:
-            last = exc
-            await asyncio.sleep(0.5 * 2**attempt)
-        except Exception as exc:  # a broken extractor must not stop the stream
-            raise PermanentError("extraction_failed", f"{type(exc).__name__}: {exc}") from exc
-        else:
-            return embeddings, extractions
-    raise PermanentError("extraction_failed", f"gave up after {deps.max_attempts} tries: {last}")
+    try:
+        extractions = await loop.run_in_executor(deps.executor, deps.extractor.extract, texts)
+    except (TransientError, PermanentError):
+        # Transient: the LLM client already retried; handle_record keeps retrying with backoff
+        # and the offset stays uncommitted, so an outage delays events but loses none.
+        raise
+    except Exception as exc:  # a broken extractor must not stop the stream
+        raise PermanentError("extraction_failed", f"{type(exc).__name__}: {exc}") from exc
+    return embeddings, extractions
 
 
 async def dead_letter(
@@ -320,3 +348,27 @@ def _transient_db(exc: DBAPIError) -> bool:
     sqlstate = getattr(exc.orig, "sqlstate", None) or ""
     # 40001 serialization failure, 40P01 deadlock, 08xxx connection, 53xxx resources, 57P0x shutdown
     return sqlstate.startswith(("40", "08", "53", "57P"))
+
+
+async def _record_token_usage(
+    conn: AsyncConnection, doc_id: str, extractions: Sequence[Extraction]
+) -> None:
+    # One row per document and model, in the event's transaction: a redelivered event that
+    # turns out a duplicate records nothing, so tokens are counted once per applied version.
+    totals: dict[str, tuple[int, int]] = {}
+    for x in extractions:
+        if x.usage is not None:
+            prompt, completion = totals.get(x.usage.model, (0, 0))
+            totals[x.usage.model] = (
+                prompt + x.usage.prompt_tokens,
+                completion + x.usage.completion_tokens,
+            )
+    if not totals:
+        return
+    await conn.execute(
+        text(
+            "INSERT INTO token_usage (doc_id, purpose, model, prompt_tokens, completion_tokens)"
+            " VALUES (:d, 'extraction', :m, :p, :c)"
+        ),
+        [{"d": doc_id, "m": m, "p": p, "c": c} for m, (p, c) in sorted(totals.items())],
+    )

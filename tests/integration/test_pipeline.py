@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,35 +13,12 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from services.core.settings import Settings
+from tests.support.cli import env_for, kgstream
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "services" / "cli" / "sample"
-
-
-def env_for(settings: Settings) -> dict[str, str]:
-    return {
-        **os.environ,
-        "KGSTREAM_HOME": str(settings.home),
-        "KGSTREAM_DATABASE_URL": str(settings.database_url),
-        "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": str(settings.kafka_bootstrap_servers),
-        "KGSTREAM_DOCUMENTS_TOPIC": settings.documents_topic,
-        "KGSTREAM_DLQ_TOPIC": settings.dlq_topic,
-        "KGSTREAM_CONSUMER_GROUP": settings.consumer_group,
-        "KGSTREAM_LOG_LEVEL": "WARNING",
-    }
-
-
-def kgstream(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args],
-        env=env_for(settings),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -122,3 +122,9 @@ def test_batch_order_empty_and_determinism(extractor: SpacyExtractor) -> None:
     assert extractor.extract([]) == []
     for text, ex in zip(texts, first, strict=True):
         _check_consistency(text, ex)
+
+
+def test_line_breaks_end_entities_and_sentences(extractor: SpacyExtractor) -> None:
+    (result,) = extractor.extract(["Cotula\n\nCotula is a genus of plants. Marie Curie lived."])
+    assert all("\n" not in e.name for e in result.entities)
+    assert all("\n" not in e.sentence for e in result.entities)

@@ -1,0 +1,270 @@
+"""Entity resolution: which stored entity a mention refers to.
+
+Order of evidence (DESIGN.md): the normalised key within compatible types; inside one document,
+short forms of a longer name (surname, acronym); across documents, trigram candidates confirmed
+by name-embedding similarity. The ambiguous band goes to an adjudicator (an LLM) when one is
+configured, and otherwise stays unmerged: a duplicate is cheaper than a false merge."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.db.engine import vector_literal
+from services.core.extraction import ExtractedEntity
+from services.core.normalize import entity_key
+from services.core.settings import Settings
+
+WILDCARD = "ANY"
+_GROUPS = {
+    "PERSON": "PERSON",
+    "ORG": "ORG",
+    "NORP": "NORP",
+    "GPE": "PLACE",
+    "LOC": "PLACE",
+    "FAC": "PLACE",
+    "WORK_OF_ART": "WORK",
+    "PRODUCT": "WORK",
+    "LAW": "WORK",
+    "EVENT": "EVENT",
+    "LANGUAGE": "LANGUAGE",
+}
+
+# (new name, candidate name, type group) -> same entity?
+Adjudicator = Callable[[str, str, str], Awaitable[bool]]
+
+
+def type_group(entity_type: str) -> str:
+    """Coarse type family; untyped or generic types (MISC, TOPIC, CONCEPT) are wildcards."""
+    return _GROUPS.get(entity_type.upper(), WILDCARD)
+
+
+def compatible(a: str, b: str) -> bool:
+    """Two type groups may name the same thing."""
+    return a == b or WILDCARD in (a, b)
+
+
+def local_canonical(entities: Sequence[ExtractedEntity]) -> dict[str, str]:
+    """Within one document: surface key -> key of the longer name it abbreviates.
+
+    "Nolan" -> "christopher nolan" when exactly one multi-word PERSON ends (or starts) with it;
+    "IBM" -> "international business machines" when exactly one multi-word ORG has those initials.
+    """
+    people: dict[str, set[str]] = {}
+    orgs: dict[str, set[str]] = {}
+    for ent in entities:
+        words = ent.name.split()
+        if len(words) < 2:
+            continue
+        key = entity_key(ent.name)
+        group = type_group(ent.type)
+        if group == "PERSON":
+            for part in (words[-1], words[0]):
+                people.setdefault(entity_key(part), set()).add(key)
+        elif group == "ORG":
+            initials = "".join(w[0] for w in words if w[:1].isupper())
+            if len(initials) >= 2:
+                orgs.setdefault(initials.lower(), set()).add(key)
+    out: dict[str, str] = {}
+    for ent in entities:
+        if len(ent.name.split()) != 1:
+            continue
+        key = entity_key(ent.name)
+        group = type_group(ent.type)
+        if group in ("PERSON", WILDCARD) and len(people.get(key, ())) == 1:
+            out[key] = next(iter(people[key]))
+        elif group in ("ORG", WILDCARD) and ent.name.isupper() and len(orgs.get(key, ())) == 1:
+            out[key] = next(iter(orgs[key]))
+    return out
+
+
+@dataclass(frozen=True)
+class Surface:
+    """One entity as a document names it, after local canonicalisation."""
+
+    key: str
+    name: str
+    group: str
+
+
+def document_surfaces(
+    entities: Sequence[ExtractedEntity], canonical: Mapping[str, str]
+) -> dict[str, Surface]:
+    """key -> Surface with the majority type group of its mentions in this document."""
+    names: dict[str, str] = {}
+    groups: dict[str, Counter[str]] = {}
+    for ent in entities:
+        own = entity_key(ent.name)
+        key = canonical.get(own, own)
+        if own == key and entity_key(names.get(key, "")) != key:
+            names[key] = ent.name  # the full name names the entity, not a short form seen first
+        names.setdefault(key, ent.name)
+        groups.setdefault(key, Counter())[type_group(ent.type)] += 1
+    out = {}
+    for key, counts in groups.items():
+        typed = [(n, g) for g, n in counts.items() if g != WILDCARD]
+        group = max(typed)[1] if typed else WILDCARD
+        out[key] = Surface(key, names[key], group)
+    return out
+
+
+@dataclass(frozen=True)
+class ResolverConfig:
+    """Thresholds from settings, plus the optional adjudicator."""
+
+    trigram_threshold: float
+    embedding_threshold: float
+    ambiguous_floor: float
+    adjudicate: Adjudicator | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, adjudicate: Adjudicator | None = None) -> Self:
+        """Thresholds as configured."""
+        return cls(
+            trigram_threshold=settings.resolution_trigram_threshold,
+            embedding_threshold=settings.resolution_embedding_threshold,
+            ambiguous_floor=settings.resolution_ambiguous_floor,
+            adjudicate=adjudicate,
+        )
+
+
+_EXISTING = text(
+    "SELECT q.key, e.id, e.type_group, e.mention_count"
+    " FROM unnest(CAST(:keys AS text[])) AS q(key) CROSS JOIN LATERAL ("
+    "  SELECT e.id, e.type_group, e.mention_count FROM entities e WHERE e.key = q.key"
+    "  UNION SELECT e.id, e.type_group, e.mention_count FROM aliases a"
+    "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key) e"
+)
+_SIMILAR = text(
+    "SELECT q.key, e.id, e.name, e.type_group, similarity(e.name, q.name) AS sim,"
+    " 1 - (e.embedding <=> CAST(q.vec AS vector)) AS cos"
+    " FROM unnest(CAST(:keys AS text[]), CAST(:names AS text[]), CAST(:vecs AS text[]))"
+    "  AS q(key, name, vec)"
+    " CROSS JOIN LATERAL (SELECT id, name, type_group, embedding FROM entities"
+    "  WHERE name % q.name AND embedding IS NOT NULL"
+    "  ORDER BY similarity(name, q.name) DESC, id LIMIT 5) e"
+    " ORDER BY q.key, sim DESC, e.id"
+)
+_INSERT = text(
+    "INSERT INTO entities (key, name, type, type_group, embedding)"
+    " SELECT k, n, g, g, CAST(v AS vector) FROM unnest(CAST(:keys AS text[]),"
+    "  CAST(:names AS text[]), CAST(:groups AS text[]), CAST(:vecs AS text[])) AS u(k, n, g, v)"
+    " ORDER BY k, g"
+    " ON CONFLICT (key, type_group) DO UPDATE SET updated_at = now()"
+    " RETURNING id, key, (xmax = 0) AS inserted"
+)
+# A wildcard entity (say, a title) that meets a typed mention takes the type, unless an entity
+# of that key and type exists already.
+_NARROW = text(
+    "UPDATE entities e SET type_group = u.g FROM unnest(CAST(:ids AS bigint[]),"
+    " CAST(:groups AS text[])) AS u(i, g) WHERE e.id = u.i AND NOT EXISTS"
+    " (SELECT 1 FROM entities o WHERE o.key = e.key AND o.type_group = u.g)"
+)
+
+
+@dataclass
+class Resolved:
+    """Entity id per surface key, and which of them this call created."""
+
+    ids: dict[str, int]
+    added: set[int]
+
+
+async def resolve_entities(
+    conn: AsyncConnection,
+    surfaces: Mapping[str, Surface],
+    name_embeddings: Mapping[str, Sequence[float]],
+    config: ResolverConfig,
+) -> Resolved:
+    """Map every surface to a stored entity, creating the ones nothing matches. Set-based:
+    three statements per document whatever its size."""
+    out = Resolved({}, set())
+    keys = sorted(surfaces)
+    if not keys:
+        return out
+    rows = (await conn.execute(_EXISTING, {"keys": keys})).all()
+    by_key: dict[str, list[Any]] = {}
+    for r in rows:
+        by_key.setdefault(r.key, []).append(r)
+    narrow: dict[int, str] = {}
+    for key in keys:
+        surface = surfaces[key]
+        fits = [r for r in by_key.get(key, []) if compatible(r.type_group, surface.group)]
+        if fits:
+            # Same group over a wildcard, then the better-evidenced entity, then the oldest.
+            best = min(fits, key=lambda r: (r.type_group != surface.group, -r.mention_count, r.id))
+            out.ids[key] = int(best.id)
+            if best.type_group == WILDCARD and surface.group != WILDCARD:
+                narrow[int(best.id)] = surface.group
+    if narrow:
+        ids = sorted(narrow)
+        await conn.execute(_NARROW, {"ids": ids, "groups": [narrow[i] for i in ids]})
+    unresolved = [k for k in keys if k not in out.ids]
+    out.ids.update(await _similar(conn, surfaces, unresolved, name_embeddings, config))
+    new = [k for k in unresolved if k not in out.ids]
+    if new:
+        vecs = [name_embeddings.get(k) for k in new]
+        inserted = await conn.execute(
+            _INSERT,
+            {
+                "keys": new,
+                "names": [surfaces[k].name for k in new],
+                "groups": [surfaces[k].group for k in new],
+                "vecs": [vector_literal(v) if v is not None else None for v in vecs],
+            },
+        )
+        for r in inserted.all():
+            out.ids[r.key] = int(r.id)
+            if r.inserted:
+                out.added.add(int(r.id))
+    return out
+
+
+async def _similar(
+    conn: AsyncConnection,
+    surfaces: Mapping[str, Surface],
+    keys: Sequence[str],
+    name_embeddings: Mapping[str, Sequence[float]],
+    config: ResolverConfig,
+) -> dict[str, int]:
+    """Trigram candidates confirmed by name-embedding similarity; None-safe, order-stable."""
+    asks = [k for k in keys if k in name_embeddings and len(k) >= 4]
+    if not asks:
+        return {}
+    rows = await conn.execute(
+        _SIMILAR,
+        {
+            "keys": asks,
+            "names": [surfaces[k].name for k in asks],
+            "vecs": [vector_literal(name_embeddings[k]) for k in asks],
+        },
+    )
+    found: dict[str, int] = {}
+    for r in rows.all():
+        surface = surfaces[r.key]
+        if r.key in found or not compatible(r.type_group, surface.group):
+            continue
+        if r.sim < config.trigram_threshold and not same_person(surface, r.name, r.type_group):
+            continue
+        if r.cos >= config.embedding_threshold or (
+            r.cos >= config.ambiguous_floor and same_person(surface, r.name, r.type_group)
+        ):
+            found[r.key] = int(r.id)
+        elif r.cos >= config.ambiguous_floor and config.adjudicate is not None:
+            same = await config.adjudicate(surface.name, r.name, surface.group)
+            if same:
+                found[r.key] = int(r.id)
+    return found
+
+
+def same_person(surface: Surface, other_name: str, other_group: str) -> bool:
+    """ "Helen Elizabeth Hunt" and "Helen Hunt": same first and last name, one has middle names."""
+    if surface.group != "PERSON" or other_group != "PERSON":
+        return False
+    a, b = surface.key.split(), entity_key(other_name).split()
+    return min(len(a), len(b)) >= 2 and a[0] == b[0] and a[-1] == b[-1] and a != b

@@ -1,0 +1,1 @@
+"""kgstream tests (a package so that tests.support is importable)."""

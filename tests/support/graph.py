@@ -1,0 +1,232 @@
+"""The graph as comparable data (no ids), fresh databases from the test template, and a
+direct, in-process build of a corpus through ``handle_record``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from concurrent.futures import Executor
+from contextlib import asynccontextmanager
+from itertools import count
+from typing import Any
+
+import psycopg
+from sqlalchemy import create_engine, text
+
+from services.core.chunking import Chunker
+from services.core.db.engine import make_engine
+from services.core.embedding import Embedder
+from services.core.extraction import Extractor
+from services.core.infra.postgres import DB_NAME
+from services.core.settings import Settings
+from services.indexer.handlers import IndexerDeps, Outcome, RawRecord, handle_record
+from services.indexer.resolution import ResolverConfig
+
+TEMPLATE_DB = "kgstream_template"  # the migrated template tests/conftest.py builds
+
+Row = tuple[Any, ...]
+Graph = dict[str, list[Row]]
+
+# co_occurs is undirected: the writer stores each pair once, ordered by entity id, and ids
+# depend on arrival order, so the canonical form orders the pair by name instead.
+_ENDPOINTS = (
+    "CASE WHEN r.type = 'co_occurs' THEN least(s.name, t.name) ELSE s.name END,"
+    " CASE WHEN r.type = 'co_occurs' THEN greatest(s.name, t.name) ELSE t.name END"
+)
+# One query per table; every row is named by content (names, hashes, texts), never by id, so
+# two databases built in different orders compare equal when they hold the same graph.
+_CANONICAL: dict[str, str] = {
+    "documents": "SELECT doc_id, content_hash FROM documents WHERE NOT deleted",
+    "chunks": "SELECT doc_id, ord, content_hash, text FROM chunks",
+    "entities": "SELECT name, type, description, mention_count FROM entities",
+    "mentions": (
+        "SELECT m.doc_id, c.content_hash, e.name, m.surface, m.type, m.start_char, m.end_char,"
+        " m.sentence FROM mentions m JOIN entities e ON e.id = m.entity_id"
+        " JOIN chunks c ON c.id = m.chunk_id"
+    ),
+    "aliases": (
+        "SELECT e.name, a.alias, a.alias_key FROM aliases a JOIN entities e ON e.id = a.entity_id"
+    ),
+    "relationships": (
+        f"SELECT {_ENDPOINTS}, r.type, round(r.weight::numeric, 6), r.evidence_count,"
+        " r.description FROM relationships r JOIN entities s ON s.id = r.source_id"
+        " JOIN entities t ON t.id = r.target_id"
+    ),
+    "evidence": (
+        f"SELECT {_ENDPOINTS}, r.type, v.doc_id, c.content_hash,"
+        " round(v.strength::numeric, 6), v.sentence FROM relationship_evidence v"
+        " JOIN relationships r ON r.id = v.relationship_id"
+        " JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id"
+        " JOIN chunks c ON c.id = v.chunk_id"
+    ),
+}
+
+
+def canonical_graph(url: str) -> Graph:
+    """Every table of the graph as a sorted list of rows (a multiset), ids left out."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {
+                name: sorted(
+                    (tuple(_plain(v) for v in row) for row in conn.execute(text(sql)).all()),
+                    key=repr,
+                )
+                for name, sql in _CANONICAL.items()
+            }
+    finally:
+        engine.dispose()
+
+
+def graph_diff(a: Graph, b: Graph, limit: int = 8) -> str:
+    """A short, readable account of what differs (for assertion messages)."""
+    lines = []
+    for table in _CANONICAL:
+        only_a = _multiset_minus(a[table], b[table])
+        only_b = _multiset_minus(b[table], a[table])
+        for label, rows in (("only left", only_a), ("only right", only_b)):
+            lines += [f"{table} {label}: {r!r}" for r in rows[:limit]]
+            if len(rows) > limit:
+                lines.append(f"{table} {label}: ... {len(rows) - limit} more")
+    return "\n".join(lines) or "(no difference)"
+
+
+def scalar(url: str, sql: str, **params: Any) -> Any:
+    """One value from a one-off synchronous query."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.scalar(text(sql), params)
+    finally:
+        engine.dispose()
+
+
+def processed_count(url: str) -> int:
+    """Rows in processed_events."""
+    return int(scalar(url, "SELECT count(*) FROM processed_events") or 0)
+
+
+def wait_processed(url: str, n: int, timeout: float = 180, poll: float = 0.3) -> int:
+    """Poll processed_events until it has at least ``n`` rows or ``timeout`` passes; the last
+    count seen is returned, so the caller asserts on it."""
+    engine = create_engine(url)
+    deadline = time.monotonic() + timeout
+    done = 0
+    try:
+        while True:
+            with engine.connect() as conn:
+                done = int(conn.scalar(text("SELECT count(*) FROM processed_events")) or 0)
+            if done >= n or time.monotonic() > deadline:
+                return done
+            time.sleep(poll)
+    finally:
+        engine.dispose()
+
+
+def create_database(database_url: str) -> str:
+    """A fresh clone of the migrated template on the same server as ``database_url``."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    base = database_url.rsplit("/", 1)[0]
+    dsn = base.replace("postgresql+psycopg://", "postgresql://") + "/" + TEMPLATE_DB
+    admin = dsn.rsplit("/", 1)[0] + "/" + DB_NAME  # the server's maintenance database
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE_DB}')
+    return f"{base}/{name}"
+
+
+def drop_database(database_url: str) -> None:
+    """Drop a database made by ``create_database`` (connections are closed first)."""
+    base, name = database_url.rsplit("/", 1)
+    admin = base.replace("postgresql+psycopg://", "postgresql://") + "/" + DB_NAME
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _no_dead_letters(key: bytes | None, value: bytes) -> None:
+    raise AssertionError(f"unexpected dead letter: {value[:300]!r}")
+
+
+@asynccontextmanager
+async def indexer_deps(
+    url: str,
+    *,
+    embedder: Embedder,
+    extractor: Extractor,
+    executor: Executor,
+    settings: Settings | None = None,
+    chunker: Chunker | None = None,
+) -> AsyncIterator[IndexerDeps]:
+    """Handler dependencies on ``url``; a dead letter fails the test."""
+    settings = settings or Settings()
+    engine = make_engine(url)
+    try:
+        yield IndexerDeps(
+            engine=engine,
+            chunker=chunker or Chunker(settings.chunk_tokens, settings.chunk_overlap),
+            embedder=embedder,
+            extractor=extractor,
+            executor=executor,
+            publish_dead_letter=_no_dead_letters,
+            max_document_bytes=settings.max_document_bytes,
+            resolver=ResolverConfig.from_settings(settings),
+        )
+    finally:
+        await engine.dispose()
+
+
+_offsets = count()
+
+
+async def apply_events(
+    deps: IndexerDeps, events: Iterable[dict[str, Any] | str | bytes]
+) -> list[Outcome]:
+    """Each event through ``handle_record``, in order, as one partition would deliver them."""
+    outcomes: list[Outcome] = []
+    for ev in events:
+        if isinstance(ev, dict):
+            value, key = json.dumps(ev).encode(), str(ev.get("doc_id", "")).encode()
+        else:
+            value = ev.encode() if isinstance(ev, str) else ev
+            key = str(json.loads(value).get("doc_id", "")).encode()
+        record = RawRecord(topic="direct", partition=0, offset=next(_offsets), key=key, value=value)
+        outcomes.append(await handle_record(deps, record))
+    return outcomes
+
+
+def clean_build(
+    url: str, lines: Sequence[str], *, embedder: Embedder, extractor: Extractor, executor: Executor
+) -> Graph:
+    """The graph of ``lines`` applied in order by one in-process indexer on ``url``
+    (synchronous: runs its own event loop, so it is usable from sync tests)."""
+
+    async def build() -> None:
+        async with indexer_deps(
+            url, embedder=embedder, extractor=extractor, executor=executor
+        ) as deps:
+            await apply_events(deps, lines)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(build())
+    finally:
+        loop.close()
+    return canonical_graph(url)
+
+
+def _plain(value: Any) -> Any:
+    # numeric -> str keeps exact rounded values comparable and printable
+    return str(value) if type(value).__name__ == "Decimal" else value
+
+
+def _multiset_minus(a: list[Row], b: list[Row]) -> list[Row]:
+    remaining = list(b)
+    out = []
+    for row in a:
+        if row in remaining:
+            remaining.remove(row)
+        else:
+            out.append(row)
+    return out
