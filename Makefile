@@ -26,5 +26,5 @@ test: lint  ## lint, type-check, then unit, integration and e2e tests
 	$(BIN)/python -m pytest
 
 clean:
-	$(BIN)/kgstream infra down || true
+	$(BIN)/kgstream infra down --purge || true
 	rm -rf .kgstream

@@ -29,7 +29,7 @@ from services.core.embedding import OnnxMiniLmEmbedder  # noqa: E402
 from services.core.extraction import SpacyExtractor  # noqa: E402
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
-from services.indexer.handlers import IndexerDeps, RawRecord, handle_record  # noqa: E402
+from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch  # noqa: E402
 from services.indexer.resolution import ResolverConfig  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events.jsonl"
@@ -75,8 +75,9 @@ async def run(events: Path, sample: int, out: Path | None) -> None:
         )
         lines = await asyncio.to_thread(lambda: events.read_bytes().splitlines())
         t0 = time.perf_counter()
-        for i, raw in enumerate(lines):
-            await handle_record(deps, RawRecord("eval", 0, i, None, raw))
+        records = [RawRecord("eval", 0, i, None, raw) for i, raw in enumerate(lines)]
+        for start in range(0, len(records), settings.indexer_batch_size):
+            await handle_batch(deps, records[start : start + settings.indexer_batch_size])
         elapsed = time.perf_counter() - t0
         async with engine.connect() as conn:
             merges = (await conn.execute(text(MERGES))).all()

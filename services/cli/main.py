@@ -51,11 +51,21 @@ def infra_up_cmd(json_out: JsonFlag = False) -> None:
 
 
 @infra_app.command("down")
-def infra_down_cmd() -> None:
-    """Stop what `infra up` started."""
+def infra_down_cmd(
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Also delete the embedded database's data.")
+    ] = False,
+) -> None:
+    """Stop what `infra up` started (data is kept unless --purge)."""
     from services.core.infra.manager import infra_down
+    from services.core.infra.postgres import EmbeddedPostgres
 
-    infra_down(_settings())
+    settings = _settings()
+    infra_down(settings)
+    if purge and settings.database_url is None:
+        EmbeddedPostgres.from_settings(settings).purge()
+        typer.echo("stopped; embedded database data deleted")
+        return
     typer.echo("stopped")
 
 

@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     )
     chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks.")
     embed_batch_size: int = Field(default=16, ge=1, description="Passages per embedding call.")
+    indexer_batch_size: int = Field(
+        default=16, ge=1, description="Events whose CPU work (embedding, extraction) is shared."
+    )
+    indexer_batch_wait_s: float = Field(
+        default=0.05, ge=0, description="How long a partial batch waits for more events."
+    )
     max_document_bytes: int = Field(
         default=2_000_000, ge=1, description="Larger documents are dead-lettered."
     )

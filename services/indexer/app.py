@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 import faust
 
@@ -13,7 +14,7 @@ from services.core.db.engine import make_engine
 from services.core.infra.manager import Endpoints
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
-from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
+from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch
 from services.indexer.metrics import OUTCOMES
 from services.indexer.resolution import ResolverConfig
 
@@ -52,18 +53,22 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
 
     @app.agent(documents, name="index-documents")
     async def index(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.events():
-            message = event.message
-            record = RawRecord(
-                topic=message.topic,
-                partition=message.partition,
-                offset=message.offset,
-                key=message.key,
-                value=message.value,
-            )
-            outcome = await handle_record(deps, record)
-            OUTCOMES.labels(outcome=outcome).inc()
-            log.debug("%s %s@%s -> %s", message.topic, message.partition, message.offset, outcome)
+        # take_events acks a batch only after handle_batch returns: at-least-once.
+        concrete = cast(faust.Stream[bytes], stream)  # StreamT does not declare take_events
+        batches = concrete.take_events(settings.indexer_batch_size, settings.indexer_batch_wait_s)
+        async for events in batches:
+            records = [
+                RawRecord(
+                    topic=e.message.topic,
+                    partition=e.message.partition,
+                    offset=e.message.offset,
+                    key=e.message.key,
+                    value=e.message.value,
+                )
+                for e in events
+            ]
+            for outcome in await handle_batch(deps, records):
+                OUTCOMES.labels(outcome=outcome).inc()
 
     return app
 

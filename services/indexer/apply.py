@@ -1,0 +1,91 @@
+"""The write side: one transaction per event. Dedupe and ordering are decided again under the
+document's row lock; then the diff is merged and the change log appended."""
+
+from __future__ import annotations
+
+from services.core.contracts import DocumentEvent
+from services.core.errors import TransientError
+from services.indexer import graph_writer as gw
+from services.indexer.compute import Computed, UpsertPlan
+from services.indexer.deps import IndexerDeps, Outcome
+from services.indexer.documents import (
+    mark_processed,
+    record_token_usage,
+    set_outcome,
+    stored_doc,
+    write_document,
+)
+from services.indexer.ordering import decide_delete, decide_upsert
+
+
+async def commit_upsert(deps: IndexerDeps, plan: UpsertPlan, computed: Computed) -> Outcome:
+    """Apply a planned upsert; TransientError if the document moved since it was planned."""
+    event = plan.event
+    if plan.duplicate:
+        return "duplicate"
+    async with deps.engine.begin() as conn:
+        if not await mark_processed(conn, event, "pending"):
+            return "duplicate"
+        decision = decide_upsert(
+            await stored_doc(conn, event.doc_id, lock=True), event, plan.doc_hash
+        )
+        if decision != "apply":
+            await set_outcome(conn, event.event_id, decision)
+            return decision
+        current = await gw.existing_chunk_hashes(conn, event.doc_id)
+        if any(h not in current and h not in computed.chunks for h, _ in plan.planned):
+            # Another event for this document landed between planning and the lock.
+            raise TransientError(f"{event.doc_id} changed since it was planned; recomputing")
+        await write_document(conn, event, plan.doc_hash, deleted=False)
+        wanted = {h for h, _ in plan.planned}
+        changes = gw.ChangeSet()
+        ents, rels = await gw.remove_chunks(
+            conn, [i for h, i in current.items() if h not in wanted]
+        )
+        await gw.reorder_chunks(conn, {current[h]: c.ord for h, c in plan.planned if h in current})
+        new_chunks = [
+            gw.NewChunk(
+                ord=c.ord,
+                diff_hash=h,
+                text=c.text,
+                token_count=c.token_count,
+                start_char=c.start_char,
+                end_char=c.end_char,
+                embedding=computed.chunks[h][0],
+                extraction=computed.chunks[h][1],
+            )
+            for h, c in plan.planned
+            if h not in current
+        ]
+        e2, r2 = await gw.add_chunks(
+            conn,
+            doc_id=event.doc_id,
+            title=event.title,
+            chunks=new_chunks,
+            resolution=computed.resolution,
+            changes=changes,
+        )
+        await gw.rebuild(conn, ents | e2, rels | r2, changes)
+        await record_token_usage(conn, event.doc_id, [c.extraction for c in new_chunks])
+        await gw.log_changes(conn, changes, event.doc_id, event.event_id)
+        await set_outcome(conn, event.event_id, "applied")
+    return "applied"
+
+
+async def apply_delete(deps: IndexerDeps, event: DocumentEvent) -> Outcome:
+    """Remove the document's chunks and everything only they evidenced; leave a tombstone."""
+    async with deps.engine.begin() as conn:
+        if not await mark_processed(conn, event, "pending"):
+            return "duplicate"
+        decision = decide_delete(await stored_doc(conn, event.doc_id, lock=True), event)
+        if decision != "apply":
+            await set_outcome(conn, event.event_id, decision)
+            return decision
+        changes = gw.ChangeSet()
+        current = await gw.existing_chunk_hashes(conn, event.doc_id)
+        ents, rels = await gw.remove_chunks(conn, list(current.values()))
+        await gw.rebuild(conn, ents, rels, changes)
+        await write_document(conn, event, None, deleted=True)
+        await gw.log_changes(conn, changes, event.doc_id, event.event_id)
+        await set_outcome(conn, event.event_id, "deleted")
+    return "deleted"

@@ -1,0 +1,136 @@
+"""The CPU side of indexing, batched across events: chunk, embed, extract, and prepare
+entity resolution. Runs before any transaction, in the indexer's worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.chunking import Chunk
+from services.core.contracts import DocumentEvent
+from services.core.errors import PermanentError, TransientError
+from services.core.extraction import Extraction
+from services.indexer import graph_writer as gw
+from services.indexer.deps import IndexerDeps
+from services.indexer.documents import already_processed, stored_doc
+from services.indexer.ordering import content_hash, decide_upsert
+from services.indexer.resolution import Surface, document_surfaces, local_canonical
+
+
+@dataclass(frozen=True)
+class UpsertPlan:
+    """What an upsert would change, decided before the transaction (and checked again in it)."""
+
+    event: DocumentEvent
+    doc_hash: str
+    planned: list[tuple[str, Chunk]]  # every chunk of the new version: (diff hash, chunk)
+    fresh: list[tuple[str, Chunk]]  # the ones the database lacks: to embed and extract
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Computed:
+    """Embeddings and extractions of a plan's fresh chunks, and its resolution inputs."""
+
+    chunks: dict[str, tuple[Sequence[float], Extraction]]
+    resolution: gw.Resolution
+
+
+def document_text(event: DocumentEvent) -> str:
+    """The title leads the first chunk: it is the passage's subject and helps both retrievers."""
+    return f"{event.title}\n\n{event.text}" if event.title else event.text
+
+
+async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentEvent) -> UpsertPlan:
+    """Chunk the new version and find what is new; duplicates and stale events plan no work."""
+    doc_hash = content_hash(event.title, event.text)
+    planned = _dedupe_chunks(event.title, deps.chunker.split(document_text(event)))
+    if await already_processed(conn, event.event_id):
+        return UpsertPlan(event, doc_hash, planned, [], duplicate=True)
+    decision = decide_upsert(await stored_doc(conn, event.doc_id, lock=False), event, doc_hash)
+    if decision != "apply":
+        return UpsertPlan(event, doc_hash, planned, [])
+    existing = await gw.existing_chunk_hashes(conn, event.doc_id)
+    return UpsertPlan(event, doc_hash, planned, [(h, c) for h, c in planned if h not in existing])
+
+
+async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Computed]:
+    """One embedding call and one extraction call for all fresh chunks of all plans, then one
+    more embedding call for entity names the database does not know yet."""
+    texts: list[str] = []
+    embed_inputs: list[str] = []
+    for plan in plans:
+        for _, chunk in plan.fresh:
+            texts.append(chunk.text)
+            # Later chunks do not contain the title; prefix it so their vectors know the subject.
+            embed_inputs.append(
+                chunk.text if chunk.ord == 0 else f"{plan.event.title}\n{chunk.text}"
+            )
+    loop = asyncio.get_running_loop()
+    embeddings: list[list[float]] = []
+    extractions: list[Extraction] = []
+    if texts:
+        embeddings = await loop.run_in_executor(deps.executor, deps.embedder.embed, embed_inputs)
+        try:
+            extractions = await loop.run_in_executor(deps.executor, deps.extractor.extract, texts)
+        except (TransientError, PermanentError):
+            # Transient: the LLM client already retried; the caller keeps retrying with backoff
+            # and the offset stays uncommitted, so an outage delays events but loses none.
+            raise
+        except Exception as exc:  # a broken extractor must not stop the stream
+            raise PermanentError("extraction_failed", f"{type(exc).__name__}: {exc}") from exc
+    per_plan: list[dict[str, tuple[Sequence[float], Extraction]]] = []
+    at = 0
+    for plan in plans:
+        n = len(plan.fresh)
+        per_plan.append(
+            {h: (embeddings[at + i], extractions[at + i]) for i, (h, _) in enumerate(plan.fresh)}
+        )
+        at += n
+    resolutions = await _prepare_resolutions(deps, plans, per_plan)
+    return [Computed(c, r) for c, r in zip(per_plan, resolutions, strict=True)]
+
+
+async def _prepare_resolutions(
+    deps: IndexerDeps,
+    plans: Sequence[UpsertPlan],
+    per_plan: Sequence[dict[str, tuple[Sequence[float], Extraction]]],
+) -> list[gw.Resolution]:
+    canonicals = []
+    wanted: dict[str, Surface] = {}
+    for plan, chunks in zip(plans, per_plan, strict=True):
+        mentioned = [
+            e for _, x in chunks.values() for e in gw.with_title(plan.event.title, x).entities
+        ]
+        canonical = local_canonical(mentioned)
+        canonicals.append(canonical)
+        for key, surface in document_surfaces(mentioned, canonical).items():
+            wanted.setdefault(key, surface)
+    vectors: dict[str, Sequence[float]] = {}
+    if wanted:
+        async with deps.engine.connect() as conn:
+            known = await conn.execute(
+                text("SELECT DISTINCT key FROM entities WHERE key = ANY(:k)"), {"k": sorted(wanted)}
+            )
+            missing = sorted(set(wanted) - {r[0] for r in known.all()})
+        if missing:
+            loop = asyncio.get_running_loop()
+            names = [wanted[k].name for k in missing]
+            found = await loop.run_in_executor(deps.executor, deps.embedder.embed, names)
+            vectors = dict(zip(missing, found, strict=True))
+    return [gw.Resolution(c, vectors, deps.resolver) for c in canonicals]
+
+
+def _dedupe_chunks(title: str, chunks: Sequence[Chunk]) -> list[tuple[str, Chunk]]:
+    out: list[tuple[str, Chunk]] = []
+    seen: set[str] = set()
+    for c in chunks:
+        h = content_hash(title, c.text)
+        if h not in seen:
+            seen.add(h)
+            out.append((h, c))
+    return out

@@ -1,0 +1,107 @@
+"""Rows that track events and documents: processed_events (dedupe), documents (versions and
+tombstones) and token_usage. All run inside the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.contracts import DocumentEvent
+from services.core.extraction import Extraction
+from services.indexer.ordering import StoredDoc
+
+
+async def already_processed(conn: AsyncConnection, event_id: str) -> bool:
+    """Has this event id been handled before (in any outcome)?"""
+    found = await conn.scalar(
+        text("SELECT 1 FROM processed_events WHERE event_id = :e"), {"e": event_id}
+    )
+    return found is not None
+
+
+async def mark_processed(conn: AsyncConnection, event: DocumentEvent, outcome: str) -> bool:
+    """Claim the event id; False when another transaction already did (a duplicate)."""
+    inserted = await conn.scalar(
+        text(
+            "INSERT INTO processed_events (event_id, doc_id, outcome) VALUES (:e, :d, :o)"
+            " ON CONFLICT (event_id) DO NOTHING RETURNING 1"
+        ),
+        {"e": event.event_id, "d": event.doc_id, "o": outcome},
+    )
+    return inserted is not None
+
+
+async def set_outcome(conn: AsyncConnection, event_id: str, outcome: str) -> None:
+    """Record how a claimed event ended."""
+    await conn.execute(
+        text("UPDATE processed_events SET outcome = :o WHERE event_id = :e"),
+        {"o": outcome, "e": event_id},
+    )
+
+
+async def stored_doc(conn: AsyncConnection, doc_id: str, *, lock: bool) -> StoredDoc | None:
+    """The documents row (a tombstone for deleted documents), optionally locked."""
+    sql = "SELECT version, content_hash, occurred_at, deleted FROM documents WHERE doc_id = :d"
+    row = (await conn.execute(text(sql + (" FOR UPDATE" if lock else "")), {"d": doc_id})).first()
+    if row is None:
+        return None
+    return StoredDoc(row.version, row.content_hash, row.occurred_at, row.deleted)
+
+
+async def write_document(
+    conn: AsyncConnection, event: DocumentEvent, doc_hash: str | None, *, deleted: bool
+) -> None:
+    """Insert or update the documents row; a delete keeps title and metadata as a tombstone."""
+    await conn.execute(
+        text(
+            "INSERT INTO documents (doc_id, tenant, title, version, content_hash, metadata, acl,"
+            " occurred_at, deleted, last_event_id) VALUES (:d, :tn, :t, :v, :h,"
+            " CAST(:m AS jsonb), :acl, :at, :del, :e)"
+            " ON CONFLICT (doc_id) DO UPDATE SET tenant = EXCLUDED.tenant,"
+            " title = CASE WHEN EXCLUDED.deleted THEN documents.title ELSE EXCLUDED.title END,"
+            " version = EXCLUDED.version, content_hash = EXCLUDED.content_hash,"
+            " metadata = CASE WHEN EXCLUDED.deleted THEN documents.metadata"
+            "  ELSE EXCLUDED.metadata END,"
+            " acl = EXCLUDED.acl, occurred_at = EXCLUDED.occurred_at, deleted = EXCLUDED.deleted,"
+            " last_event_id = EXCLUDED.last_event_id, updated_at = now()"
+        ),
+        {
+            "d": event.doc_id,
+            "tn": event.tenant,
+            "t": event.title,
+            "v": event.version,
+            "h": doc_hash,
+            "m": json.dumps(event.metadata),
+            "acl": event.acl,
+            "at": event.occurred_at,
+            "del": deleted,
+            "e": event.event_id,
+        },
+    )
+
+
+async def record_token_usage(
+    conn: AsyncConnection, doc_id: str, extractions: Sequence[Extraction]
+) -> None:
+    """One row per document and model, in the event's transaction: a redelivered event that
+    turns out a duplicate records nothing, so tokens are counted once per applied version."""
+    totals: dict[str, tuple[int, int]] = {}
+    for x in extractions:
+        if x.usage is not None:
+            prompt, completion = totals.get(x.usage.model, (0, 0))
+            totals[x.usage.model] = (
+                prompt + x.usage.prompt_tokens,
+                completion + x.usage.completion_tokens,
+            )
+    if not totals:
+        return
+    await conn.execute(
+        text(
+            "INSERT INTO token_usage (doc_id, purpose, model, prompt_tokens, completion_tokens)"
+            " VALUES (:d, 'extraction', :m, :p, :c)"
+        ),
+        [{"d": doc_id, "m": m, "p": p, "c": c} for m, (p, c) in sorted(totals.items())],
+    )
