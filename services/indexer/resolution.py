@@ -53,6 +53,7 @@ def local_canonical(entities: Sequence[ExtractedEntity]) -> dict[str, str]:
     """Within one document: surface key -> key of the longer name it abbreviates.
 
     "Nolan" -> "christopher nolan" when exactly one multi-word PERSON ends (or starts) with it;
+    "Richard David Bach" -> "richard bach" when the document also says "Richard Bach";
     "IBM" -> "international business machines" when exactly one multi-word ORG has those initials.
     """
     people: dict[str, set[str]] = {}
@@ -70,7 +71,7 @@ def local_canonical(entities: Sequence[ExtractedEntity]) -> dict[str, str]:
             initials = "".join(w[0] for w in words if w[:1].isupper())
             if len(initials) >= 2:
                 orgs.setdefault(initials.lower(), set()).add(key)
-    out: dict[str, str] = {}
+    out = _middle_name_forms(entities)
     for ent in entities:
         if len(ent.name.split()) != 1:
             continue
@@ -80,6 +81,23 @@ def local_canonical(entities: Sequence[ExtractedEntity]) -> dict[str, str]:
             out[key] = next(iter(people[key]))
         elif group in ("ORG", WILDCARD) and ent.name.isupper() and len(orgs.get(key, ())) == 1:
             out[key] = next(iter(orgs[key]))
+    return out
+
+
+def _middle_name_forms(entities: Sequence[ExtractedEntity]) -> dict[str, str]:
+    """ "Richard David Bach" -> "richard bach" when the document also uses the short form."""
+    two_word = {
+        entity_key(e.name)
+        for e in entities
+        if len(e.name.split()) == 2 and type_group(e.type) in ("PERSON", WILDCARD)
+    }
+    out: dict[str, str] = {}
+    for ent in entities:
+        words = entity_key(ent.name).split()
+        if type_group(ent.type) == "PERSON" and len(words) >= 3:
+            short = f"{words[0]} {words[-1]}"
+            if short in two_word:
+                out[" ".join(words)] = short
     return out
 
 

@@ -60,3 +60,8 @@ def test_middle_names_are_thesame_person() -> None:
     assert same_person(helen, "Helen Hunt", "PERSON")
     assert not same_person(helen, "Helen Mirren", "PERSON")
     assert not same_person(helen, "Helen Hunt", "PLACE")
+
+
+def test_middle_names_resolve_to_the_short_form_in_the_same_document() -> None:
+    ents = [ent("Richard Bach", "TOPIC"), ent("Richard David Bach", "PERSON")]
+    assert local_canonical(ents) == {"richard david bach": "richard bach"}
