@@ -26,7 +26,7 @@ from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps
 from services.indexer.resolution import ResolverConfig
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.query_fixtures"]
 
 SAMPLE = Path(__file__).resolve().parents[1] / "services" / "cli" / "sample"
 TEMPLATE_DB = "kgstream_template"

@@ -144,7 +144,7 @@ def publish(
 
 
 @app.command()
-def worker(name: Annotated[str, typer.Argument(help="indexer | query-api")]) -> None:
+def worker(name: Annotated[str, typer.Argument(help="indexer | communities | query-api")]) -> None:
     """Run one process (for real deployments: compose, Kubernetes)."""
     from services.core.infra.manager import default_topics, resolve_endpoints
     from services.core.infra.topics import ensure_topics
@@ -167,46 +167,132 @@ def worker(name: Annotated[str, typer.Argument(help="indexer | query-api")]) -> 
             port=settings.api_port,
             log_level=settings.log_level.lower(),
         )
+    elif name == "communities":
+        from services.communities.app import run as run_communities
+
+        run_communities(settings, endpoints)
     else:
-        raise _fail(f"unknown worker {name!r}: choose indexer or query-api", 2)
+        raise _fail(f"unknown worker {name!r}: choose indexer, communities or query-api", 2)
+
+
+@app.command()
+def recompute(
+    wait: Annotated[bool, typer.Option(help="Wait until a snapshot answers the request.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds --wait waits.")] = 600,
+    now: Annotated[bool, typer.Option(help="Recompute in this process, no worker needed.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Ask the communities worker to recompute communities now (or do it here with --now)."""
+    from services.communities.app import build_deps
+    from services.communities.requests import request_recompute, wait_for_answer
+    from services.communities.worker import run_now
+    from services.core.db.engine import make_engine
+    from services.core.infra.manager import resolve_endpoints
+
+    settings = _settings()
+    url = resolve_endpoints(settings).database_url
+
+    async def go() -> dict[str, Any]:
+        if now:
+            deps = build_deps(settings, url)
+            try:
+                result = await run_now(deps)
+            finally:
+                await deps.engine.dispose()
+            if result is None:
+                return {"status": "locked"}
+            return {"status": "published", **result.snapshot.event(), "timings": result.timings}
+        engine = make_engine(url)
+        try:
+            at = await request_recompute(engine)
+            if not wait:
+                return {"status": "requested", "requested_at": at.isoformat()}
+            answer = await wait_for_answer(engine, at, timeout)
+        finally:
+            await engine.dispose()
+        if answer is None:
+            return {"status": "timeout", "requested_at": at.isoformat()}
+        status = "published" if answer.status != "failed" else "failed"
+        return {"status": status, "snapshot_id": answer.snapshot_id}
+
+    data = asyncio.run(go())
+    typer.echo(
+        json.dumps(data, indent=2)
+        if json_out
+        else " ".join(f"{k}={v}" for k, v in data.items() if k != "timings")
+    )
+    if data["status"] not in ("requested", "published"):
+        raise typer.Exit(1)
 
 
 @app.command()
 def query(
     question: Annotated[str, typer.Argument(help="The question.")],
-    mode: Annotated[str, typer.Option(help="auto | vector | local")] = "auto",
+    mode: Annotated[str, typer.Option(help="auto | vector | local | global | path")] = "auto",
     k: Annotated[int, typer.Option(min=1, max=50)] = 5,
+    level: Annotated[int | None, typer.Option(help="Community level (global mode).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Answer a question from the database."""
+    """Answer a question: through the query API when it runs, else from the database."""
     from pydantic import ValidationError
 
-    from services.core.db.engine import check_schema
-    from services.core.infra.manager import resolve_endpoints
-    from services.query_api.app import build_service
+    from services.cli.query import run_query
     from services.query_api.schemas import QueryRequest
 
     settings = _settings()
     try:
-        req = QueryRequest(question=question, mode=mode, k=k)
+        req = QueryRequest(question=question, mode=mode, k=k, level=level)
     except ValidationError as exc:
         raise _fail(str(exc), 2) from exc
-    service = build_service(settings, resolve_endpoints(settings))
-
-    async def go() -> Any:
-        try:
-            await check_schema(service.engine, settings.embedding_dim)
-            return await service.query(req)
-        finally:
-            await service.engine.dispose()
-
-    resp = asyncio.run(go())
+    resp, _ = run_query(settings, req)
     if json_out:
         typer.echo(resp.model_dump_json(indent=2))
         return
     typer.echo(f"[{resp.mode_used}] {resp.answer}")
     for i, ctx in enumerate(resp.contexts, 1):
         typer.echo(f"  {i}. {ctx.title} ({ctx.doc_id}) score={ctx.score:.3f}")
+    for route in resp.routes:
+        typer.echo("  path: " + " → ".join(route.entities))
+    for c in resp.communities[:3]:
+        typer.echo(f"  community {c.id} (level {c.level}): {c.title}")
+
+
+@app.command("eval")
+def eval_cmd(
+    *,
+    events: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="Events JSONL.")],
+    questions: Annotated[
+        Path, typer.Option(exists=True, dir_okay=False, help="Questions JSONL (gold_doc_ids).")
+    ],
+    modes: Annotated[str, typer.Option(help="Comma-separated modes.")] = "vector,local,global,auto",
+    k: Annotated[int, typer.Option(min=1, max=25)] = 10,
+    database_url: Annotated[
+        str | None, typer.Option(help="Use this database instead of a fresh embedded one.")
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Retrieval quality by doc_id: ingest the events into a fresh embedded PostgreSQL (in a
+    temporary home, removed afterwards) in-process through the indexer's handler — no broker
+    is needed — then ask every question in every mode. Reports recall@k, all-gold@k, MRR,
+    latency p50/p99 and n, overall and per question type. Global mode needs a published
+    community snapshot: it is reported unavailable when the community engine cannot build one."""
+    from services.cli.evaluate import table
+    from services.eval.runner import MODES, EvalConfig, evaluate
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = sorted(set(chosen) - set(MODES))
+    if unknown or not chosen:
+        raise _fail(f"unknown mode(s) {unknown}: choose from {', '.join(MODES)}", 2)
+    settings = _settings()
+    config = EvalConfig(events, questions, chosen, k, database_url, progress=True)
+    outcome = asyncio.run(evaluate(settings, config))
+    if json_out:
+        typer.echo(json.dumps(outcome.to_json()))
+        return
+    typer.echo(f"ingest: {outcome.ingest}")
+    for note in outcome.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(table(outcome.to_json()))
 
 
 @app.command()

@@ -69,7 +69,7 @@ def running_stack(
     }
     stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}")
     try:
-        for name in ("indexer", "query-api"):
+        for name in ("indexer", "communities", "query-api"):
             stack.processes[name] = subprocess.Popen(
                 [sys.executable, "-m", "services.cli.main", "worker", name], env=env
             )

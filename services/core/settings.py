@@ -135,7 +135,12 @@ class Settings(BaseSettings):
         default=5, ge=1, le=16, description="Depth limit of the community hierarchy."
     )
     communities_leiden_iterations: int = Field(
-        default=2, description="Leiden iterations per run (negative: until stable)."
+        default=3,
+        ge=1,
+        description="Level-0 Leiden iterations at most; stops early when one changes nothing.",
+    )
+    communities_split_iterations: int = Field(
+        default=1, ge=1, description="Leiden iterations when a community is split again."
     )
     communities_seed: int = Field(default=42, description="Leiden random seed (determinism).")
     communities_min_jaccard: float = Field(
@@ -164,6 +169,39 @@ class Settings(BaseSettings):
     # --- query API ------------------------------------------------------
     api_host: str = Field(default="127.0.0.1", description="Query API bind address.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Query API port.")
+    query_hybrid: bool = Field(
+        default=True, description="Vector mode fuses dense and BM25 rankings (RRF); off: dense."
+    )
+    query_rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant.")
+    query_local_ranker: Literal["ppr", "paths"] = Field(
+        default="ppr",
+        description="Local mode's graph score: personalised PageRank from the seeds, or the "
+        "path formula (Π weight × Π importance × 0.9^hops). See docs/BENCHMARKS.md.",
+    )
+    query_local_vector_weight: float = Field(
+        default=0.3,
+        ge=0,
+        description="Local fusion weight of the dense score (z-scores; 0.3/0.3/0.4 measured "
+        "best on the dev set, docs/BENCHMARKS.md).",
+    )
+    query_local_lexical_weight: float = Field(
+        default=0.3, ge=0, description="Local fusion weight of the BM25 score (z-score)."
+    )
+    query_local_graph_weight: float = Field(
+        default=0.4, ge=0, description="Local fusion weight of the graph score (z-score)."
+    )
+    query_path_max_hops: int = Field(
+        default=6, ge=1, le=6, description="Longest path (hops) path mode and /v1/paths search."
+    )
+    query_global_communities: int = Field(
+        default=8, ge=1, le=50, description="Community summaries global mode ranks and maps."
+    )
+    query_api_probe_s: float = Field(
+        default=0.3, gt=0, description="How long `kgstream query` waits for /readyz of the API."
+    )
+    ingest_max_events: int = Field(
+        default=500, ge=1, description="Events one POST /v1/documents may carry."
+    )
 
     log_level: str = Field(default="INFO", description="Python log level.")
 

@@ -7,6 +7,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.communities.ratio import read_change_state
+
 _COUNTS = {
     "documents": "SELECT count(*) FROM documents WHERE NOT deleted",
     "deleted_documents": "SELECT count(*) FROM documents WHERE deleted",
@@ -29,6 +31,7 @@ async def database_status(engine: AsyncEngine) -> dict[str, Any]:
             out: dict[str, Any] = {
                 name: int(await conn.scalar(text(sql)) or 0) for name, sql in _COUNTS.items()
             }
+            out["change_ratio"] = (await read_change_state(conn)).ratio
             snap = (
                 await conn.execute(
                     text(

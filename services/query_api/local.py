@@ -1,230 +1,213 @@
 """Local (multi-hop) retrieval: ground the question's entities, expand over the adjacency rows
-and the passage-entity graph (mentions), rank passages by personalised PageRank from the
-grounded entities and fuse with the dense score (DESIGN.md: the prototype's best method)."""
+and the passage-entity graph (mentions), score passages by personalised PageRank from the seeds
+(or the seeds' path formula), and fuse with the dense and BM25 scores."""
 
 from __future__ import annotations
 
+import asyncio
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Literal
 
-import networkx as nx
+import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.core.normalize import entity_key
+from services.query_api import ranking
+from services.query_api.grounding import Grounding
+from services.query_api.lexical import CorpusStats, bm25_search
+from services.query_api.schemas import Hop
+from services.query_api.vector import Ranked, similarities, vector_search
 
 HUB_MENTIONS = 200  # entities mentioned more often than this are not expanded through
-MAX_NGRAM = 5
-_WORD = re.compile(r"[\w'’.-]+", re.UNICODE)
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "for",
-        "from",
-        "by",
-        "with",
-        "and",
-        "or",
-        "is",
-        "was",
-        "are",
-        "were",
-        "be",
-        "been",
-        "which",
-        "who",
-        "whom",
-        "what",
-        "when",
-        "where",
-        "why",
-        "how",
-        "did",
-        "does",
-        "do",
-        "that",
-        "this",
-        "these",
-        "those",
-        "it",
-        "its",
-        "as",
-        "than",
-        "both",
-        "same",
-        "same",
-        "other",
-        "also",
-        "their",
-        "his",
-        "her",
-        "they",
-        "he",
-        "she",
-        "film",
-        "one",
-        "two",
-        "first",
-    ]
-)
+MAX_BRIDGE_MENTIONS = 4000  # second-step passage links kept (rarest entities first)
+Ranker = Literal["ppr", "paths"]
 
 
-@dataclass
-class Grounding:
-    """Entities found in the question, with their seed weights (IDF-like)."""
+@dataclass(frozen=True)
+class LocalWeights:
+    """Fusion weights of the three signals (z-scores)."""
 
-    weights: dict[int, float] = field(default_factory=dict)
-    names: dict[int, str] = field(default_factory=dict)
+    vector: float = 0.3
+    lexical: float = 0.3
+    graph: float = 0.4
 
 
 @dataclass
 class LocalGraph:
-    """The bounded neighbourhood around the seeds."""
+    """The bounded neighbourhood around the seeds, as edge lists."""
 
-    graph: nx.Graph
-    names: dict[int, str]
-    relations: list[tuple[int, int, str, str]]  # source, target, type, description
+    names: dict[int, str]  # the relationship endpoints
+    mention_counts: dict[int, int]
+    relations: list[tuple[int, int, str, float, str]]  # source, target, type, weight, description
+    mentions: list[tuple[int, int]] = field(default_factory=list)  # (entity, chunk)
 
-
-def question_keys(question: str, spans: Iterable[str]) -> set[str]:
-    """Normalised keys of the question's n-grams and extracted spans that may name entities."""
-    words = _WORD.findall(question)
-    keys = {entity_key(s) for s in spans if s.strip()}
-    for n in range(1, MAX_NGRAM + 1):
-        for i in range(len(words) - n + 1):
-            gram = words[i : i + n]
-            if all(w.lower() in _STOP for w in gram):
-                continue
-            if n == 1 and (len(gram[0]) < 3 or gram[0].islower()):
-                continue
-            keys.add(entity_key(" ".join(gram)))
-    keys.discard("")
-    return keys
-
-
-async def ground(
-    conn: AsyncConnection, question: str, spans: Sequence[str], total_chunks: int
-) -> Grounding:
-    """Exact key/alias matches for n-grams and spans, trigram matches for extracted spans."""
-    keys = sorted(question_keys(question, spans))
-    rows = (
-        await conn.execute(
-            text(
-                "SELECT e.id, e.name, e.mention_count FROM entities e WHERE e.key = ANY(:k)"
-                " UNION SELECT e.id, e.name, e.mention_count FROM aliases a"
-                " JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = ANY(:k)"
-            ),
-            {"k": keys},
+    def pagerank(self, seeds: dict[int, float]) -> dict[int, float]:
+        """PPR over the passage-entity graph plus relationship edges (log1p weights)."""
+        rel = np.array([(s, t, w) for s, t, _, w, _ in self.relations], dtype=np.float64)
+        men = np.array(self.mentions, dtype=np.int64).reshape(-1, 2)
+        rel_s = rel[:, 0].astype(np.int64) if len(rel) else np.zeros(0, dtype=np.int64)
+        rel_t = rel[:, 1].astype(np.int64) if len(rel) else np.zeros(0, dtype=np.int64)
+        return ranking.pagerank_coded(
+            np.concatenate([ranking.code_entities(rel_s), ranking.code_entities(men[:, 0])]),
+            np.concatenate([ranking.code_entities(rel_t), ranking.code_passages(men[:, 1])]),
+            np.concatenate([np.log1p(rel[:, 2]) if len(rel) else np.zeros(0), np.ones(len(men))]),
+            seeds,
         )
-    ).all()
-    found = {int(r[0]): (r[1], int(r[2]), 1.0) for r in rows}
-    for span in spans:
-        fuzzy = await conn.execute(
-            text(
-                "SELECT id, name, mention_count, similarity(name, :s) AS sim FROM entities"
-                " WHERE name % :s ORDER BY sim DESC LIMIT 3"
-            ),
-            {"s": span},
-        )
-        for r in fuzzy.all():
-            if float(r[3]) >= 0.5 and int(r[0]) not in found:
-                found[int(r[0])] = (r[1], int(r[2]), float(r[3]))
-    out = Grounding()
-    for eid, (name, mentions, sim) in found.items():
-        out.weights[eid] = sim * math.log((total_chunks + 1) / (mentions + 1) + 1.0)
-        out.names[eid] = name
-    return out
+
+
+_RELS = text(
+    "SELECT r.source_id, r.target_id, r.type, r.weight, r.description FROM relationships r"
+    " WHERE r.source_id = ANY(:e) OR r.target_id = ANY(:e)"
+    " ORDER BY r.weight DESC, r.id LIMIT :n"
+)
+# Small statements over explicit id lists: each is an index lookup (one query joining
+# mentions to entities made the planner scan both tables on a 10k-document corpus).
+_NOT_HUBS = text(
+    "SELECT id, mention_count FROM entities WHERE id = ANY(:e) AND mention_count <= :hub"
+    " ORDER BY mention_count, id"
+)
+_MENTIONS = text("SELECT DISTINCT entity_id, chunk_id FROM mentions WHERE entity_id = ANY(:e)")
+_PASSAGE_ENTITIES = text("SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:c)")
+_NAMES = text("SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)")
+_PAGERANK = text(
+    "SELECT entity_id, pagerank FROM snapshot_entities WHERE snapshot_id = :s"
+    " AND entity_id = ANY(:e)"
+)
 
 
 async def neighbourhood(conn: AsyncConnection, seeds: Sequence[int]) -> LocalGraph:
     """Seeds, their 1-hop relationship neighbours, the passages that mention them, and one
     more passage-entity step (the bridge to a second document); hubs are not expanded."""
-    g = nx.Graph()
-    rels = (
-        await conn.execute(
-            text(
-                "SELECT source_id, target_id, type, weight, description FROM relationships"
-                " WHERE source_id = ANY(:e) OR target_id = ANY(:e) ORDER BY weight DESC LIMIT 500"
-            ),
-            {"e": list(seeds)},
-        )
-    ).all()
-    relations = []
-    for s, t, rtype, w, desc in rels:
-        g.add_edge(("e", s), ("e", t), weight=math.log1p(float(w)))
-        relations.append((int(s), int(t), rtype, desc))
-    entities = set(seeds) | {int(r[0]) for r in rels} | {int(r[1]) for r in rels}
-    chunks = await _mentions_of(conn, entities, g, seeds)
-    # Step two: entities in those passages, then the passages mentioning them.
-    second = await conn.execute(
-        text(
-            "SELECT DISTINCT m.entity_id FROM mentions m JOIN entities e ON e.id = m.entity_id"
-            " WHERE m.chunk_id = ANY(:c) AND e.mention_count <= :hub"
-        ),
-        {"c": list(chunks), "hub": HUB_MENTIONS},
-    )
-    await _mentions_of(conn, {int(r[0]) for r in second.all()} - entities, g, seeds)
-    names_rows = await conn.execute(
-        text("SELECT id, name FROM entities WHERE id = ANY(:e)"),
-        {"e": [n[1] for n in g.nodes if n[0] == "e"]},
-    )
-    return LocalGraph(g, {int(r[0]): r[1] for r in names_rows.all()}, relations)
+    rels = (await conn.execute(_RELS, {"e": list(seeds), "n": 500})).all()
+    relations = [(int(s), int(t), str(y), float(w), str(d)) for s, t, y, w, d in rels]
+    entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
+    first = await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, entities)])
+    # The bridge: other entities of those passages, rarest first, up to a bound of links.
+    rows = await conn.execute(_PASSAGE_ENTITIES, {"c": sorted({c for _, c in first})})
+    others = sorted({int(r[0]) for r in rows.all()} - set(entities))
+    bridge, links = [], 0
+    for entity, count in await _not_hubs(conn, others):
+        if links + count > MAX_BRIDGE_MENTIONS:
+            break
+        bridge.append(entity)
+        links += count
+    mentions = sorted(set(first) | set(await _mentions_of(conn, bridge)))
+    names, counts = await _names(conn, entities)
+    return LocalGraph(names, counts, relations, mentions)
 
 
-async def _mentions_of(
-    conn: AsyncConnection, entities: set[int], g: nx.Graph, seeds: Sequence[int]
-) -> set[int]:
+async def _not_hubs(conn: AsyncConnection, entities: Sequence[int]) -> list[tuple[int, int]]:
+    """(entity, mention count) of the non-hub entities among these, rarest first."""
     if not entities:
-        return set()
-    rows = await conn.execute(
-        text(
-            "SELECT m.entity_id, m.chunk_id FROM mentions m JOIN entities e ON e.id = m.entity_id"
-            " WHERE m.entity_id = ANY(:e) AND (e.mention_count <= :hub OR e.id = ANY(:s))"
-            " LIMIT 20000"
-        ),
-        {"e": sorted(entities), "hub": HUB_MENTIONS, "s": list(seeds)},
-    )
-    chunks = set()
-    for eid, cid in rows.all():
-        g.add_edge(("e", int(eid)), ("c", int(cid)), weight=1.0)
-        chunks.add(int(cid))
-    return chunks
+        return []
+    rows = await conn.execute(_NOT_HUBS, {"e": list(entities), "hub": HUB_MENTIONS})
+    return [(int(e), int(n)) for e, n in rows.all()]
 
 
-def personalised_pagerank(g: nx.Graph, seeds: Mapping[int, float]) -> dict[int, float]:
-    """PPR (damping 0.85) from the seed entities; returns the score of every passage node."""
-    personalization = {("e", e): w for e, w in seeds.items() if ("e", e) in g and w > 0}
-    if not personalization:
-        return {}
-    scores = nx.pagerank(g, alpha=0.85, personalization=personalization, weight="weight")
-    return {node[1]: float(s) for node, s in scores.items() if node[0] == "c"}
+async def _mentions_of(conn: AsyncConnection, entities: Sequence[int]) -> list[tuple[int, int]]:
+    if not entities:
+        return []
+    rows = await conn.execute(_MENTIONS, {"e": list(entities)})
+    return [(int(e), int(c)) for e, c in rows.all()]
 
 
-def zscores(values: Mapping[int, float]) -> dict[int, float]:
-    """Standard scores; all zeros when the values do not vary."""
-    if not values:
-        return {}
-    xs = list(values.values())
-    mean = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
-    return {k: ((v - mean) / sd if sd > 1e-12 else 0.0) for k, v in values.items()}
+async def _names(
+    conn: AsyncConnection, entities: Sequence[int]
+) -> tuple[dict[int, str], dict[int, int]]:
+    names, counts = {}, {}
+    for eid, name, count in (await conn.execute(_NAMES, {"e": list(entities)})).all():
+        names[int(eid)], counts[int(eid)] = str(name), int(count)
+    return names, counts
 
 
-def fuse(
-    dense: Mapping[int, float], ppr: Mapping[int, float], vector_weight: float
+async def graph_scores(
+    conn: AsyncConnection,
+    hood: LocalGraph,
+    grounding: Grounding,
+    *,
+    ranker: Ranker,
+    snapshot_id: int | None,
+    executor: Executor | None = None,
 ) -> dict[int, float]:
-    """vector_weight·z(dense) + (1-vector_weight)·z(log1p(PPR / median PPR))."""
-    positive = sorted(v for v in ppr.values() if v > 0)
-    median = positive[len(positive) // 2] if positive else 1.0
-    graph = {c: math.log1p(ppr.get(c, 0.0) / median) for c in dense}
-    zd, zg = zscores(dense), zscores(graph)
-    return {c: vector_weight * zd[c] + (1 - vector_weight) * zg[c] for c in dense}
+    """Passage scores from the graph: PPR (computed in ``executor``, off the event loop), or
+    the path formula (importance = the snapshot's PageRank when one is published, else
+    mention counts)."""
+    if ranker == "ppr":
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, hood.pagerank, grounding.weights)
+    # The formula walks two relationship hops: add the neighbours' own relationships.
+    ring = sorted(
+        {e for s, t, *_ in hood.relations for e in (s, t)}
+        - set(grounding.weights)
+        - {e for e, n in hood.mention_counts.items() if n > HUB_MENTIONS}
+    )
+    second = (await conn.execute(_RELS, {"e": ring, "n": 2000})).all() if ring else []
+    edges = [(s, t, w) for s, t, _, w, _ in hood.relations]
+    edges += [(int(r[0]), int(r[1]), float(r[3])) for r in second]
+    mentions = list(hood.mentions)
+    new = {e for s, t, _ in edges for e in (s, t)} - set(hood.names)
+    if new:
+        mentions += await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, sorted(new))])
+        names, counts = await _names(conn, sorted(new))
+        hood.names.update(names)
+        hood.mention_counts.update(counts)
+    entities = sorted(hood.names)
+    raw: dict[int, float] = {e: math.log1p(hood.mention_counts.get(e, 0)) for e in entities}
+    if snapshot_id is not None:
+        rows = await conn.execute(_PAGERANK, {"s": snapshot_id, "e": entities})
+        pagerank = {int(e): float(p) for e, p in rows.all()}
+        if pagerank:
+            raw = {e: pagerank.get(e, 0.0) for e in entities}
+    importance = ranking.normalised_importance(raw)
+    best = ranking.best_paths(edges, grounding.weights, importance, max_hops=2)
+    return ranking.passage_path_scores(best, mentions)
+
+
+async def local_search(
+    conn: AsyncConnection,
+    question: str,
+    embedding: Sequence[float],
+    grounding: Grounding,
+    k: int,
+    *,
+    ranker: Ranker,
+    weights: LocalWeights,
+    snapshot_id: int | None,
+    stats: CorpusStats,
+    executor: Executor | None = None,
+) -> tuple[Ranked, list[Hop]]:
+    """The k best passages by fused dense, BM25 and graph scores, with explaining hops."""
+    hood = await neighbourhood(conn, sorted(grounding.weights))
+    graph = await graph_scores(
+        conn, hood, grounding, ranker=ranker, snapshot_id=snapshot_id, executor=executor
+    )
+    depth = max(3 * k, 30)
+    dense_hits = await vector_search(conn, embedding, depth)
+    bm25 = await bm25_search(conn, question, depth, stats) if weights.lexical else {}
+    top_graph = sorted(graph, key=lambda c: (-graph[c], c))[: max(5 * k, 50)]
+    candidates = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25)
+    dense = await similarities(conn, embedding, sorted(candidates))
+    signals = {
+        "vector": dense,
+        "lexical": bm25,
+        "graph": ranking.graph_signal(graph, candidates),
+    }
+    fused = ranking.fuse(
+        signals,
+        {"vector": weights.vector, "lexical": weights.lexical, "graph": weights.graph},
+        candidates,
+    )
+    ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]
+    why = {
+        c: f"dense {dense.get(c, 0.0):.3f}, BM25 {bm25.get(c, 0.0):.2f}, "
+        f"graph ({ranker}) {graph.get(c, 0.0):.2e}"
+        for c in ids
+    }
+    hops: list[Hop] = [
+        (hood.names.get(s, str(s)), rtype, hood.names.get(t, str(t)), desc[:300])
+        for s, t, rtype, _, desc in hood.relations[:10]
+    ]
+    return Ranked(ids, {c: fused[c] for c in ids}, why), hops

@@ -4,18 +4,39 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-Mode = Literal["vector", "local"]
+Mode = Literal["vector", "local", "global", "path"]
+RequestMode = Literal["auto", "vector", "local", "global", "path"]
+MAX_QUESTION_CHARS = 2000
+MAX_K = 50
+MAX_HOPS = 6
+
+# [source entity, relation, target entity, evidence sentence]
+Hop = tuple[str, str, str, str]
 
 
 class QueryRequest(BaseModel):
     """A question and how to answer it."""
 
-    question: str = Field(min_length=1, max_length=2000, description="The question.")
-    mode: Literal["auto", "vector", "local"] = Field(default="auto", description="Retrieval mode.")
-    k: int = Field(default=5, ge=1, le=50, description="Contexts to return.")
-    explain: bool = Field(default=True, description="Include paths and grounding.")
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(
+        min_length=1, max_length=MAX_QUESTION_CHARS, description="The question (≤ 2000 chars)."
+    )
+    mode: RequestMode = Field(
+        default="auto",
+        description="auto (routed), vector (dense + BM25), local (entity graph), global "
+        "(community summaries), path (paths between two named entities).",
+    )
+    k: int = Field(default=5, ge=1, le=MAX_K, description="Contexts to return (1-50).")
+    level: int | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description="Community level for global mode (default: chosen by the question's breadth).",
+    )
+    explain: bool = Field(default=True, description="Include paths, grounding and why-notes.")
 
 
 class Context(BaseModel):
@@ -29,22 +50,107 @@ class Context(BaseModel):
     why: str = ""
 
 
-class PathStep(BaseModel):
-    """One explained hop: entity --relation--> entity, with the evidence sentence."""
+class CommunityHit(BaseModel):
+    """A community summary used to answer a global question."""
 
-    source: str
-    relation: str
-    target: str
-    evidence: str
+    id: int
+    level: int
+    title: str
+    summary: str
+    score: float
+    rating: float | None = None
+    size: int = 0
+
+
+class Route(BaseModel):
+    """One path between two entities, hop by hop with evidence."""
+
+    entities: list[str]
+    hops: list[Hop]
+    score: float
 
 
 class QueryResponse(BaseModel):
-    """Answer plus the contexts it came from."""
+    """Answer plus the contexts (and paths, communities) it came from."""
 
     answer: str
     mode_used: Mode
     snapshot_id: int | None = None
     contexts: list[Context]
+    paths: list[Hop] = Field(
+        default_factory=list, description="Explaining hops: [entity, relation, entity, evidence]."
+    )
+    routes: list[Route] = Field(default_factory=list, description="Whole paths (path mode).")
+    communities: list[CommunityHit] = Field(default_factory=list)
     grounded_entities: list[str] = Field(default_factory=list)
-    paths: list[PathStep] = Field(default_factory=list)
     timings: dict[str, float] = Field(default_factory=dict)
+    tokens: dict[str, int] = Field(default_factory=dict)
+    notes: list[str] = Field(
+        default_factory=list, description="Routing decisions and fallbacks, in order."
+    )
+
+
+class EntitySummary(BaseModel):
+    """An entity as search results list it."""
+
+    id: int
+    name: str
+    type: str
+    mentions: int
+    score: float = 0.0
+    aliases: list[str] = Field(default_factory=list)
+
+
+class Neighbour(BaseModel):
+    """A relationship of an entity, seen from that entity."""
+
+    id: int
+    name: str
+    relation: str
+    direction: Literal["out", "in"]
+    weight: float
+    evidence: str
+
+
+class EntityDetail(EntitySummary):
+    """An entity with its description and strongest neighbours."""
+
+    description: str = ""
+    neighbours: list[Neighbour] = Field(default_factory=list)
+
+
+class PathsResponse(BaseModel):
+    """k shortest paths between two entities."""
+
+    source: EntitySummary
+    target: EntitySummary
+    snapshot_id: int | None = None
+    paths: list[Route]
+
+
+class CommunitySummary(BaseModel):
+    """A community of the published snapshot."""
+
+    id: int
+    level: int
+    parent_id: int | None
+    size: int
+    title: str
+    summary: str
+    rating: float | None = None
+
+
+class CommunitiesResponse(BaseModel):
+    """Communities of one level of the published snapshot."""
+
+    snapshot_id: int | None
+    level: int | None
+    communities: list[CommunitySummary]
+
+
+class IngestAccepted(BaseModel):
+    """Events published to the documents topic (indexing happens asynchronously)."""
+
+    accepted: int
+    event_ids: list[str]
+    topic: str

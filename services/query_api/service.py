@@ -1,25 +1,64 @@
-"""Answers questions from PostgreSQL. Framework-free: the FastAPI app and the CLI both call
-``QueryService.query``; every query reads one REPEATABLE READ, read-only transaction."""
+"""Answers questions from PostgreSQL. Framework-free: the FastAPI app, the CLI and the eval all
+call ``QueryService.query``. Retrieval reads one REPEATABLE READ, read-only transaction on the
+published snapshot; model calls (embedding, NER, LLM) run in the executor, outside it."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
-from services.query_api import local
-from services.query_api.schemas import Context, Mode, PathStep, QueryRequest, QueryResponse
-from services.query_api.vector import ScoredChunk, load_chunks, similarities, vector_search
+from services.core.llm.client import make_openai_client
+from services.core.settings import Settings
+from services.query_api import answer as answers
+from services.query_api import router
+from services.query_api.global_mode import global_retrieve
+from services.query_api.grounding import ground
+from services.query_api.lexical import CorpusStats, StatsCache
+from services.query_api.llm import ChatModel, ChatReply, OpenAIChat, Usage
+from services.query_api.local import LocalWeights, Ranker, local_search
+from services.query_api.paths import path_retrieve
+from services.query_api.retrieval import Retrieval, contexts_for
+from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
+from services.query_api.snapshot import read_snapshot
+from services.query_api.vector import hybrid_search
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_TERM = re.compile(r"\w+")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    """Retrieval knobs (settings `KGSTREAM_QUERY_*`)."""
+
+    local_ranker: Ranker = "ppr"
+    local_weights: LocalWeights = field(default_factory=LocalWeights)
+    hybrid: bool = True
+    rrf_k: int = 60
+    path_max_hops: int = 6
+    global_communities: int = 8
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> QueryConfig:
+        """The configured knobs."""
+        return cls(
+            local_ranker=settings.query_local_ranker,
+            local_weights=LocalWeights(
+                vector=settings.query_local_vector_weight,
+                lexical=settings.query_local_lexical_weight,
+                graph=settings.query_local_graph_weight,
+            ),
+            hybrid=settings.query_hybrid,
+            rrf_k=settings.query_rrf_k,
+            path_max_hops=settings.query_path_max_hops,
+            global_communities=settings.query_global_communities,
+        )
 
 
 @dataclass(frozen=True)
@@ -30,112 +69,229 @@ class QueryService:
     embedder: Embedder
     extractor: Extractor
     executor: Executor
-    local_vector_weight: float = 0.5
+    config: QueryConfig = field(default_factory=QueryConfig)
+    llm: ChatModel | None = None
+    stats: StatsCache = field(default_factory=StatsCache)
+
+    async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """Run model code in the executor, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def query(self, req: QueryRequest) -> QueryResponse:
-        """Retrieve contexts for the question in the requested (or routed) mode."""
+        """Retrieve contexts for the question in the requested (or routed) mode, then answer."""
         t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        embedding = (
-            await loop.run_in_executor(self.executor, self.embedder.embed, [req.question])
-        )[0]
-        mode: Mode = "local" if req.mode in ("local", "auto") else "vector"
+        usage = Usage()
+        mode, routed_why = await self._mode(req, usage)
+        t_route = time.perf_counter()
+        # The question's embedding and its entity spans are independent: compute both at once.
+        embedded, spans = await asyncio.gather(
+            self.run_blocking(self.embedder.embed, [req.question]),
+            self._spans(req.question) if mode in ("local", "path") else _no_spans(),
+        )
+        embedding = embedded[0]
         t_embed = time.perf_counter()
-        async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="REPEATABLE READ")
-            async with conn.begin():
-                await conn.execute(text("SET TRANSACTION READ ONLY"))
-                snapshot_id = await conn.scalar(
-                    text("SELECT id FROM snapshots WHERE status = 'published'")
-                )
-                paths: list[PathStep] = []
-                grounded: list[str] = []
-                if mode == "local":
-                    contexts, grounded, paths = await self._local(conn, req, embedding)
-                    if not contexts:  # nothing grounded: the vector index still has an answer
-                        mode = "vector"
-                if mode == "vector":
-                    hits = await vector_search(conn, embedding, req.k)
-                    contexts = [_context(h, h.score, "cosine similarity") for h in hits]
-        t_end = time.perf_counter()
-        return QueryResponse(
-            answer=extractive_answer(req.question, contexts),
-            mode_used=mode,
-            snapshot_id=snapshot_id,
-            contexts=contexts,
-            grounded_entities=grounded if req.explain else [],
-            paths=paths if req.explain else [],
-            timings={
-                "embed_ms": round((t_embed - t0) * 1000, 2),
-                "retrieve_ms": round((t_end - t_embed) * 1000, 2),
-            },
-        )
-
-    async def _local(
-        self, conn: AsyncConnection, req: QueryRequest, embedding: list[float]
-    ) -> tuple[list[Context], list[str], list[PathStep]]:
-        loop = asyncio.get_running_loop()
-        extraction = (
-            await loop.run_in_executor(self.executor, self.extractor.extract, [req.question])
-        )[0]
-        total = int(await conn.scalar(text("SELECT count(*) FROM chunks")) or 0)
-        grounding = await local.ground(
-            conn, req.question, [e.name for e in extraction.entities], total
-        )
-        if not grounding.weights:
-            return [], [], []
-        hood = await local.neighbourhood(conn, sorted(grounding.weights))
-        ppr = local.personalised_pagerank(hood.graph, grounding.weights)
-        dense_hits = await vector_search(conn, embedding, max(3 * req.k, 20))
-        top_graph = sorted(ppr, key=lambda c: -ppr[c])[: max(5 * req.k, 50)]
-        candidates = {h.chunk_id for h in dense_hits} | set(top_graph)
-        dense = await similarities(conn, embedding, sorted(candidates))
-        fused = local.fuse(dense, ppr, self.local_vector_weight)
-        ranked = sorted(fused, key=lambda c: (-fused[c], c))[: req.k]
-        rows = await load_chunks(conn, ranked)
-        contexts = [
-            _context(rows[c], fused[c], f"dense {dense[c]:.3f}, graph {ppr.get(c, 0.0):.2e}")
-            for c in ranked
-            if c in rows
-        ]
-        names = [
-            grounding.names[e]
-            for e in sorted(grounding.weights, key=lambda e: -grounding.weights[e])
-        ]
-        paths = [
-            PathStep(
-                source=hood.names.get(s, str(s)),
-                relation=rtype,
-                target=hood.names.get(t, str(t)),
-                evidence=desc[:300],
+        async with read_snapshot(self.engine) as (conn, snapshot_id):
+            result = await self._retrieve(
+                conn, req, mode=mode, embedding=embedding, spans=spans, snapshot_id=snapshot_id
             )
-            for s, t, rtype, desc in hood.relations[:10]
-        ]
-        return contexts, names, paths
+        t_retrieve = time.perf_counter()
+        try:
+            text_answer = await self._answer(req, result, usage)
+        except Exception as exc:  # noqa: BLE001 - a failed LLM still leaves the passages
+            result.notes.append(f"LLM answer failed ({type(exc).__name__}); extractive answer")
+            text_answer = _offline_answer(req, result)
+        t_end = time.perf_counter()
+        if routed_why:
+            result.notes.insert(0, routed_why)
+        return QueryResponse(
+            answer=text_answer,
+            mode_used=result.mode,
+            snapshot_id=snapshot_id,
+            contexts=result.contexts
+            if req.explain
+            else [c.model_copy(update={"why": ""}) for c in result.contexts],
+            paths=result.hops if req.explain else [],
+            routes=result.routes if req.explain else [],
+            communities=result.communities,
+            grounded_entities=result.grounded if req.explain else [],
+            timings={
+                "route_ms": _ms(t0, t_route),
+                "embed_ms": _ms(t_route, t_embed),
+                "retrieve_ms": _ms(t_embed, t_retrieve),
+                "answer_ms": _ms(t_retrieve, t_end),
+                "total_ms": _ms(t0, t_end),
+            },
+            tokens=usage.to_dict(),
+            notes=result.notes,
+        )
+
+    async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
+        if req.mode != "auto":
+            return req.mode, ""
+        if self.llm is not None:
+            try:
+                route, reply = await self.run_blocking(router.llm_route, self.llm, req.question)
+            except Exception:  # noqa: BLE001 - a failed classifier falls back to the heuristic
+                route, reply = None, None
+            _count(usage, reply)
+            if route is not None:
+                return route.mode, f"auto → {route.mode}: {route.reason}"
+        route = router.heuristic_route(req.question)
+        return route.mode, f"auto → {route.mode}: {route.reason}"
+
+    async def _retrieve(
+        self,
+        conn: AsyncConnection,
+        req: QueryRequest,
+        *,
+        mode: Mode,
+        embedding: list[float],
+        spans: list[str],
+        snapshot_id: int | None,
+    ) -> Retrieval:
+        notes: list[str] = []
+        stats = await self.stats.get(conn)
+        if mode == "global":
+            found = await global_retrieve(
+                conn, req, embedding, snapshot_id, self.config.global_communities
+            )
+            if found is not None:
+                return found
+            notes.append("global: no published community snapshot; answered by vector")
+            mode = "vector"
+        if mode in ("local", "path"):
+            grounding = await ground(conn, req.question, spans, stats.chunks)
+            if grounding.weights and mode == "path":
+                found = await path_retrieve(conn, req, grounding, self.config.path_max_hops)
+                if found is not None and found.contexts:
+                    if len(found.contexts) < req.k:  # top up with the best passages
+                        more = await self._hybrid(conn, req, embedding, stats)
+                        seen = {c.chunk_id for c in found.contexts}
+                        found.contexts += [c for c in more if c.chunk_id not in seen]
+                        found.contexts = found.contexts[: req.k]
+                    return found
+                notes.append("path: fewer than two entities or no path; answered by local")
+            if grounding.weights:
+                ranked, hops = await local_search(
+                    conn,
+                    req.question,
+                    embedding,
+                    grounding,
+                    req.k,
+                    ranker=self.config.local_ranker,
+                    weights=self.config.local_weights,
+                    snapshot_id=snapshot_id,
+                    stats=stats,
+                    executor=self.executor,
+                )
+                if ranked.ids:
+                    contexts = await contexts_for(conn, ranked)
+                    return Retrieval(
+                        "local", contexts, hops, grounded=grounding.ranked_names(), notes=notes
+                    )
+            notes.append(f"{mode}: no entity of the question is in the graph; answered by vector")
+        return Retrieval("vector", await self._hybrid(conn, req, embedding, stats), notes=notes)
+
+    async def _hybrid(
+        self, conn: AsyncConnection, req: QueryRequest, embedding: list[float], stats: CorpusStats
+    ) -> list[Context]:
+        ranked = await hybrid_search(
+            conn,
+            req.question,
+            embedding,
+            req.k,
+            stats=stats,
+            rrf_k=self.config.rrf_k,
+            lexical=self.config.hybrid,
+        )
+        return await contexts_for(conn, ranked)
+
+    async def _spans(self, question: str) -> list[str]:
+        extraction = (await self.run_blocking(self.extractor.extract, [question]))[0]
+        return [e.name for e in extraction.entities]
+
+    async def _answer(self, req: QueryRequest, result: Retrieval, usage: Usage) -> str:
+        if self.llm is None:
+            return _offline_answer(req, result)
+        if result.mode == "global" and result.communities:
+            return await self._map_reduce(req.question, result, usage)
+        if not result.contexts:
+            return answers.NO_ANSWER
+        reply = await self.run_blocking(answers.synthesise, self.llm, req.question, result.contexts)
+        _count(usage, reply)
+        return reply.content.strip() or answers.extractive_answer(req.question, result.contexts)
+
+    async def _map_reduce(self, question: str, result: Retrieval, usage: Usage) -> str:
+        llm = self.llm
+        if llm is None:
+            return answers.extractive_global_answer(result.communities)
+
+        def map_one(community_index: int) -> ChatReply:
+            community = result.communities[community_index]
+            return llm.complete(
+                answers.MAP_SYSTEM,
+                answers.map_prompt(question, community),
+                max_tokens=400,
+                json_mode=True,
+            )
+
+        replies = await asyncio.gather(
+            *(self.run_blocking(map_one, i) for i in range(len(result.communities)))
+        )
+        points = []
+        for community, reply in zip(result.communities, replies, strict=True):
+            _count(usage, reply)
+            points += answers.parse_points(reply, community.id)
+        if not points:
+            return answers.extractive_global_answer(result.communities)
+        reply = await self.run_blocking(
+            lambda: llm.complete(
+                answers.REDUCE_SYSTEM, answers.reduce_prompt(question, points), max_tokens=600
+            )
+        )
+        _count(usage, reply)
+        return reply.content.strip()
 
 
-def _context(chunk: ScoredChunk, score: float, why: str) -> Context:
-    return Context(
-        doc_id=chunk.doc_id,
-        chunk_id=chunk.chunk_id,
-        title=chunk.title,
-        text=chunk.text,
-        score=round(score, 6),
-        why=why,
+def build_query_service(
+    settings: Settings,
+    engine: AsyncEngine,
+    embedder: Embedder,
+    extractor: Extractor,
+    executor: Executor,
+) -> QueryService:
+    """A QueryService with the configured knobs and, when an endpoint is set, the LLM."""
+    llm: ChatModel | None = None
+    if settings.openai_base_url:
+        llm = OpenAIChat(
+            make_openai_client(settings), settings.llm_model, settings.llm_max_attempts
+        )
+    return QueryService(
+        engine=engine,
+        embedder=embedder,
+        extractor=extractor,
+        executor=executor,
+        config=QueryConfig.from_settings(settings),
+        llm=llm,
     )
 
 
-def extractive_answer(question: str, contexts: list[Context], top: int = 3) -> str:
-    """The best supporting sentence from the top contexts, quoted with its source; never an
-    invented answer. Sentences are scored by overlap with the question's terms."""
-    terms = {t.lower() for t in _TERM.findall(question) if len(t) > 2}
-    best: tuple[float, str, str] | None = None
-    for rank, ctx in enumerate(contexts[:top]):
-        for sentence in _SENTENCE.split(ctx.text):
-            words = {w.lower() for w in _TERM.findall(sentence)}
-            score = len(terms & words) - 0.5 * rank
-            if sentence.strip() and (best is None or score > best[0]):
-                best = (score, sentence.strip(), ctx.doc_id)
-    if best is None:
-        return "No indexed passage matches this question yet."
-    return f"{best[1]} [{best[2]}]"
+def _offline_answer(req: QueryRequest, result: Retrieval) -> str:
+    if result.mode == "global" and result.communities:
+        return answers.extractive_global_answer(result.communities)
+    return answers.extractive_answer(req.question, result.contexts)
+
+
+async def _no_spans() -> list[str]:
+    return []
+
+
+def _count(usage: Usage, reply: ChatReply | None) -> None:
+    if reply is not None:
+        usage.prompt += reply.prompt_tokens
+        usage.completion += reply.completion_tokens
+        usage.calls += 1
+
+
+def _ms(start: float, end: float) -> float:
+    return round((end - start) * 1000, 2)

@@ -1,4 +1,5 @@
-"""Vector retrieval: top-k chunks by cosine distance over the HNSW index."""
+"""Vector retrieval: top-k chunks by cosine distance over the HNSW index, optionally fused
+with BM25 (hybrid, reciprocal rank fusion)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.db.engine import vector_literal
+from services.query_api.lexical import CorpusStats, bm25_search, rrf
 
 
 @dataclass(frozen=True)
@@ -61,3 +63,40 @@ async def load_chunks(conn: AsyncConnection, chunk_ids: Sequence[int]) -> dict[i
         {"ids": list(chunk_ids)},
     )
     return {int(r[0]): ScoredChunk(int(r[0]), r[1], r[2], r[3], 0.0) for r in rows.all()}
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A fused ranking: chunk ids best first, their scores and a note on each."""
+
+    ids: list[int]
+    scores: dict[int, float]
+    why: dict[int, str]
+
+
+async def hybrid_search(
+    conn: AsyncConnection,
+    question: str,
+    query_embedding: Sequence[float],
+    k: int,
+    *,
+    stats: CorpusStats,
+    rrf_k: int = 60,
+    lexical: bool = True,
+) -> Ranked:
+    """Dense (HNSW) and BM25 rankings fused by reciprocal rank; dense only when lexical=False."""
+    depth = max(3 * k, 30)
+    dense = await vector_search(conn, query_embedding, depth)
+    dense_ids = [h.chunk_id for h in dense]
+    cos = {h.chunk_id: h.score for h in dense}
+    if not lexical:
+        ids = dense_ids[:k]
+        return Ranked(ids, {c: cos[c] for c in ids}, {c: f"cosine {cos[c]:.3f}" for c in ids})
+    bm25 = await bm25_search(conn, question, depth, stats)
+    bm25_ids = sorted(bm25, key=lambda c: (-bm25[c], c))
+    fused = rrf([dense_ids, bm25_ids], rrf_k)
+    ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]
+    dense_rank = {c: i for i, c in enumerate(dense_ids, 1)}
+    bm25_rank = {c: i for i, c in enumerate(bm25_ids, 1)}
+    why = {c: f"RRF: dense #{dense_rank.get(c, '-')}, BM25 #{bm25_rank.get(c, '-')}" for c in ids}
+    return Ranked(ids, {c: fused[c] for c in ids}, why)

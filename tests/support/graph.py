@@ -22,7 +22,13 @@ from services.core.embedding import Embedder
 from services.core.extraction import Extractor
 from services.core.infra.postgres import DB_NAME
 from services.core.settings import Settings
-from services.indexer.handlers import IndexerDeps, Outcome, RawRecord, handle_record
+from services.indexer.handlers import (
+    IndexerDeps,
+    Outcome,
+    RawRecord,
+    handle_batch,
+    handle_record,
+)
 from services.indexer.resolution import ResolverConfig
 
 TEMPLATE_DB = "kgstream_template"  # the migrated template tests/conftest.py builds
@@ -180,31 +186,47 @@ async def indexer_deps(
 _offsets = count()
 
 
+def to_record(event: dict[str, Any] | str | bytes) -> RawRecord:
+    """A record as the topic would deliver it (key = doc_id), at a unique offset."""
+    if isinstance(event, dict):
+        value = json.dumps(event).encode()
+    else:
+        value = event.encode() if isinstance(event, str) else event
+    key = str(json.loads(value).get("doc_id", "")).encode()
+    return RawRecord(topic="direct", partition=0, offset=next(_offsets), key=key, value=value)
+
+
 async def apply_events(
-    deps: IndexerDeps, events: Iterable[dict[str, Any] | str | bytes]
+    deps: IndexerDeps, events: Iterable[dict[str, Any] | str | bytes], batch_size: int = 1
 ) -> list[Outcome]:
-    """Each event through ``handle_record``, in order, as one partition would deliver them."""
+    """The events in order, as one partition delivers them: one at a time through
+    ``handle_record``, or in batches of ``batch_size`` through ``handle_batch`` (the worker's
+    path)."""
+    records = [to_record(e) for e in events]
     outcomes: list[Outcome] = []
-    for ev in events:
-        if isinstance(ev, dict):
-            value, key = json.dumps(ev).encode(), str(ev.get("doc_id", "")).encode()
+    for i in range(0, len(records), batch_size):
+        if batch_size == 1:
+            outcomes.append(await handle_record(deps, records[i]))
         else:
-            value = ev.encode() if isinstance(ev, str) else ev
-            key = str(json.loads(value).get("doc_id", "")).encode()
-        record = RawRecord(topic="direct", partition=0, offset=next(_offsets), key=key, value=value)
-        outcomes.append(await handle_record(deps, record))
+            outcomes += await handle_batch(deps, records[i : i + batch_size])
     return outcomes
 
 
 def clean_build(
-    url: str, lines: Sequence[str], *, embedder: Embedder, extractor: Extractor, executor: Executor
+    url: str,
+    lines: Sequence[str],
+    *,
+    embedder: Embedder,
+    extractor: Extractor,
+    executor: Executor,
+    settings: Settings | None = None,
 ) -> Graph:
-    """The graph of ``lines`` applied in order by one in-process indexer on ``url``
-    (synchronous: runs its own event loop, so it is usable from sync tests)."""
+    """The graph of ``lines`` applied in order, one at a time, by an in-process indexer on
+    ``url`` (synchronous: runs its own event loop, so sync tests can call it)."""
 
     async def build() -> None:
         async with indexer_deps(
-            url, embedder=embedder, extractor=extractor, executor=executor
+            url, embedder=embedder, extractor=extractor, executor=executor, settings=settings
         ) as deps:
             await apply_events(deps, lines)
 
@@ -214,6 +236,42 @@ def clean_build(
     finally:
         loop.close()
     return canonical_graph(url)
+
+
+_clean_graphs: dict[tuple[str, tuple[str, ...], int, int], Graph] = {}
+
+
+def clean_graph(
+    database_url: str,
+    lines: Sequence[str],
+    *,
+    embedder: Embedder,
+    extractor: Extractor,
+    executor: Executor,
+    settings: Settings,
+) -> Graph:
+    """The graph a clean, single-process run builds from ``lines`` (in a database of its own
+    on the same server), computed once per session for the same input and chunking."""
+    key = (
+        database_url.rsplit("/", 1)[0],
+        tuple(lines),
+        settings.chunk_tokens,
+        settings.chunk_overlap,
+    )
+    if key not in _clean_graphs:
+        url = create_database(database_url)
+        try:
+            _clean_graphs[key] = clean_build(
+                url,
+                lines,
+                embedder=embedder,
+                extractor=extractor,
+                executor=executor,
+                settings=settings,
+            )
+        finally:
+            drop_database(url)
+    return _clean_graphs[key]
 
 
 def _plain(value: Any) -> Any:

@@ -3,9 +3,17 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from services.query_api.local import fuse, personalised_pagerank, question_keys, zscores
+from services.query_api.answer import extractive_answer
+from services.query_api.grounding import question_keys
+from services.query_api.ranking import (
+    best_paths,
+    fuse,
+    graph_signal,
+    passage_path_scores,
+    personalised_pagerank,
+    zscores,
+)
 from services.query_api.schemas import Context
-from services.query_api.service import extractive_answer
 
 
 def test_question_keys_find_names_not_stopwords() -> None:
@@ -17,13 +25,48 @@ def test_question_keys_find_names_not_stopwords() -> None:
 
 
 def test_ppr_prefers_passages_near_the_seed() -> None:
-    g = nx.Graph()
-    g.add_edge(("e", 1), ("c", 10))
-    g.add_edge(("c", 10), ("e", 2))
-    g.add_edge(("e", 2), ("c", 20))
-    g.add_edge(("e", 3), ("c", 30))
-    scores = personalised_pagerank(g, {1: 1.0})
+    edges = [
+        (("e", 1), ("c", 10), 1.0),
+        (("c", 10), ("e", 2), 1.0),
+        (("e", 2), ("c", 20), 1.0),
+        (("e", 3), ("c", 30), 1.0),
+    ]
+    scores = personalised_pagerank(edges, {1: 1.0})
     assert scores[10] > scores[20] > scores.get(30, 0.0)
+    assert personalised_pagerank(edges, {99: 1.0}) == {}
+
+
+def test_ppr_matches_networkx() -> None:
+    edges = [(("e", i % 7), ("c", i % 11), 1.0 + i % 3) for i in range(40)]
+    edges += [(("e", 1), ("e", 4), 0.5), (("e", 4), ("e", 1), 2.0)]
+    g = nx.Graph()
+    for a, b, w in edges:
+        if not g.has_edge(a, b) or g[a][b]["weight"] < w:
+            g.add_edge(a, b, weight=w)
+    reference = nx.pagerank(g, alpha=0.85, personalization={("e", 1): 2.0, ("e", 2): 1.0})
+    ours = personalised_pagerank(edges, {1: 2.0, 2: 1.0})
+    for node, value in reference.items():
+        if node[0] == "c":
+            assert ours[node[1]] == pytest.approx(value, abs=1e-9)
+
+
+def test_path_formula_decays_with_hops_and_weak_edges() -> None:
+    edges = [(1, 2, 9.0), (2, 3, 9.0), (1, 4, 0.1), (3, 5, 9.0)]
+    importance = dict.fromkeys(range(1, 6), 1.0)
+    best = best_paths(edges, {1: 2.0}, importance, max_hops=2)
+    assert best[1] == pytest.approx(1.0)
+    assert best[2] == pytest.approx(0.9 * 0.9)  # strength 9/10, one hop
+    assert best[3] == pytest.approx((0.9 * 0.9) ** 2)
+    assert best[4] < best[3]  # a weak edge loses to two strong hops
+    assert 5 not in best  # three hops away
+    scores = passage_path_scores(best, [(2, 100), (3, 100), (4, 200), (9, 300)])
+    assert scores[100] == pytest.approx(best[2] + best[3])
+    assert set(scores) == {100, 200}
+
+
+def test_path_formula_rewards_important_entities() -> None:
+    best = best_paths([(1, 2, 1.0), (1, 3, 1.0)], {1: 1.0}, {1: 1.0, 2: 1.0, 3: 0.1})
+    assert best[2] > best[3]
 
 
 def test_zscores_and_fusion() -> None:
@@ -31,8 +74,13 @@ def test_zscores_and_fusion() -> None:
     z = zscores({1: 1.0, 2: 3.0})
     assert z[1] == pytest.approx(-1.0)
     assert z[2] == pytest.approx(1.0)
-    fused = fuse({1: 0.9, 2: 0.5, 3: 0.1}, {2: 0.5, 3: 0.01}, 0.5)
+    dense = {1: 0.9, 2: 0.5, 3: 0.1}
+    graph = graph_signal({2: 0.5, 3: 0.01}, dense)
+    fused = fuse({"vector": dense, "graph": graph}, {"vector": 0.5, "graph": 0.5}, dense)
     assert max(fused, key=fused.__getitem__) == 2  # graph support lifts the bridge passage
+    lexical_only = fuse({"lexical": {3: 5.0, 2: 1.0}}, {"lexical": 1.0, "vector": 0.0}, [1, 2, 3])
+    assert max(lexical_only, key=lexical_only.__getitem__) == 3
+    assert lexical_only[1] == lexical_only[2]  # unscored: the signal's floor
 
 
 def test_extractive_answer_quotes_a_source_sentence() -> None:

@@ -1,0 +1,77 @@
+"""`kgstream query`: through the query API when one answers on api_host:api_port, else straight
+from the database; the JSON is the API's QueryResponse either way."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from sqlalchemy.engine import make_url
+
+from services.core.db.engine import check_schema
+from services.core.errors import KgstreamError
+from services.core.infra.errors import InfraError
+from services.core.infra.manager import resolve_endpoints
+from services.core.settings import Settings
+from services.query_api.app import build_service
+from services.query_api.schemas import QueryRequest, QueryResponse
+
+
+class ApiError(KgstreamError):
+    """The API answered the query with an error (its problem detail is the message)."""
+
+
+def api_url(settings: Settings) -> str:
+    """Base URL of the local query API."""
+    host = "127.0.0.1" if settings.api_host in ("0.0.0.0", "::") else settings.api_host  # noqa: S104
+    return f"http://{host}:{settings.api_port}"
+
+
+def api_ready(settings: Settings) -> bool:
+    """/readyz answers 200 within the probe timeout, for the database this CLI would read
+    (an API on the port that serves another database is not ours to ask)."""
+    try:
+        resp = httpx.get(f"{api_url(settings)}/readyz", timeout=settings.query_api_probe_s)
+    except httpx.HTTPError:
+        return False
+    if resp.status_code != 200:
+        return False
+    try:
+        ours = resolve_endpoints(settings).database_url
+    except InfraError:
+        return True  # no database of our own to compare with: the API is the only way
+    served = resp.json().get("database")
+    return served is None or served == make_url(ours).render_as_string(hide_password=True)
+
+
+def query_via_api(settings: Settings, req: QueryRequest) -> QueryResponse:
+    """POST /v1/query."""
+    resp = httpx.post(f"{api_url(settings)}/v1/query", json=req.model_dump(), timeout=300)
+    if resp.status_code != 200:
+        try:
+            detail = resp.json().get("detail", resp.text)
+        except ValueError:
+            detail = resp.text
+        raise ApiError(f"query API answered {resp.status_code}: {detail}")
+    return QueryResponse.model_validate(resp.json())
+
+
+def query_direct(settings: Settings, req: QueryRequest) -> QueryResponse:
+    """Build the service in-process and ask the database."""
+    service = build_service(settings, resolve_endpoints(settings).database_url)
+
+    async def go() -> QueryResponse:
+        try:
+            await check_schema(service.engine, settings.embedding_dim)
+            return await service.query(req)
+        finally:
+            await service.engine.dispose()
+
+    return asyncio.run(go())
+
+
+def run_query(settings: Settings, req: QueryRequest) -> tuple[QueryResponse, str]:
+    """(response, "api" | "database")."""
+    if api_ready(settings):
+        return query_via_api(settings, req), "api"
+    return query_direct(settings, req), "database"

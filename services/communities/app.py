@@ -1,0 +1,157 @@
+"""Communities worker process: the composition root. Builds the engine, report writer,
+embedder, process pool and snapshot producer once, and runs the recompute check every
+``communities_check_interval_s`` seconds with apscheduler until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+from concurrent.futures import Executor, ProcessPoolExecutor
+from datetime import UTC, datetime
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from kafka import KafkaProducer
+
+from services.communities.leiden import LeidenConfig
+from services.communities.llm_reports import LLMReportWriter
+from services.communities.policy import Policy
+from services.communities.recompute import RecomputeDeps
+from services.communities.reports import ExtractiveWriter, ReportWriter
+from services.communities.snapshots import Announcer, kafka_announcer
+from services.communities.worker import tick
+from services.core.db.engine import check_schema, make_engine
+from services.core.errors import ConfigurationError
+from services.core.infra.manager import Endpoints
+from services.core.llm.client import make_openai_client
+from services.core.models import build_embedder
+from services.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def build_deps(
+    settings: Settings,
+    database_url: str,
+    *,
+    executor: Executor | None = None,
+    announce: Announcer | None = None,
+) -> RecomputeDeps:
+    """Everything a recompute needs, from the settings."""
+    writer = build_writer(settings)
+    return RecomputeDeps(
+        engine=make_engine(database_url),
+        database_url=database_url,
+        leiden=leiden_config(settings),
+        min_jaccard=settings.communities_min_jaccard,
+        keep=settings.snapshots_keep,
+        writer=writer,
+        embedder=build_embedder(settings) if writer is not None else None,
+        executor=executor,
+        announce=announce,
+        llm_model=settings.llm_model,
+    )
+
+
+def leiden_config(settings: Settings) -> LeidenConfig:
+    """The hierarchy settings."""
+    return LeidenConfig(
+        max_sizes=tuple(settings.communities_max_sizes),
+        resolutions=tuple(settings.communities_resolutions),
+        max_levels=settings.communities_max_levels,
+        iterations=settings.communities_leiden_iterations,
+        split_iterations=settings.communities_split_iterations,
+        seed=settings.communities_seed,
+    )
+
+
+def policy(settings: Settings) -> Policy:
+    """When to recompute, from the settings."""
+    return Policy(
+        threshold=settings.recompute_threshold,
+        min_interval_s=settings.communities_min_interval_s,
+        max_staleness_s=settings.communities_max_staleness_s,
+    )
+
+
+def build_writer(settings: Settings) -> ReportWriter | None:
+    """auto: the LLM when an endpoint is configured, else extractive; none: no reports."""
+    mode = settings.community_reports
+    if mode == "auto":
+        mode = "llm" if settings.openai_base_url else "extractive"
+    if mode == "none":
+        return None
+    if mode == "extractive":
+        return ExtractiveWriter()
+    if not settings.openai_base_url:
+        raise ConfigurationError("community_reports=llm needs KGSTREAM_OPENAI_BASE_URL")
+    return LLMReportWriter(
+        make_openai_client(settings),
+        settings.llm_model,
+        input_tokens=settings.community_report_input_tokens,
+        output_tokens=settings.community_report_output_tokens,
+        max_attempts=settings.llm_max_attempts,
+        concurrency=settings.llm_concurrency,
+    )
+
+
+def run(settings: Settings, endpoints: Endpoints) -> None:
+    """Run the worker in the foreground until SIGTERM or SIGINT."""
+    asyncio.run(_serve(settings, endpoints))
+
+
+async def _serve(settings: Settings, endpoints: Endpoints) -> None:
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per tick otherwise
+    producer = KafkaProducer(
+        bootstrap_servers=endpoints.kafka_bootstrap_servers.split(","),
+        acks="all",
+        retries=5,
+        client_id="kgstream-communities",
+    )
+    # Leiden holds the GIL: a separate process keeps the event loop (and the scheduler) live.
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    deps = build_deps(
+        settings,
+        endpoints.database_url,
+        executor=pool,
+        announce=kafka_announcer(producer, settings.snapshots_topic),
+    )
+    rules = policy(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    scheduler = AsyncIOScheduler(timezone=UTC)
+
+    async def job() -> None:
+        try:
+            await tick(deps, rules)
+        except Exception:
+            # The failed snapshot row records it; the next tick retries after the interval.
+            log.exception("community recompute failed")
+
+    try:
+        await check_schema(deps.engine, settings.embedding_dim)
+        scheduler.add_job(
+            job,
+            "interval",
+            seconds=settings.communities_check_interval_s,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+            id="communities-recompute-check",
+        )
+        scheduler.start()
+        log.info(
+            "communities worker up: checking every %.0fs, threshold %.2f",
+            settings.communities_check_interval_s,
+            settings.recompute_threshold,
+        )
+        await stop.wait()
+    finally:
+        if scheduler.running:
+            scheduler.shutdown(wait=False)
+        pool.shutdown(wait=False, cancel_futures=True)
+        producer.close(timeout=5)
+        await deps.engine.dispose()

@@ -1,0 +1,201 @@
+"""Reading the graph for a recompute: one consistent database snapshot whose watermark is
+exact, and the rows streamed with binary COPY straight into numpy arrays (no ORM objects, no
+per-row Python).
+
+Exact watermark: graph_changes ids come from a sequence, so a writer still in flight can hold
+a smaller id than one already committed. We briefly take SHARE on graph_changes (waits for
+in-flight writers, blocks new ones), export that snapshot to the reading connection, and let go
+at once: every id at or below the watermark is then in what we read, every later change is
+above it. Writers are held for milliseconds, not for the whole load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from services.communities.graph import GraphRows
+from services.communities.structure import PreviousSnapshot
+from services.core.errors import TransientError
+
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+_SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
+
+_ENTITY_ROW = np.dtype(
+    [("n", ">i2"), ("l1", ">i4"), ("id", ">i8"), ("l2", ">i4"), ("digest", "V16")]
+)
+_REL_ROW = np.dtype(
+    [
+        ("n", ">i2"),
+        ("l1", ">i4"),
+        ("id", ">i8"),
+        ("l2", ">i4"),
+        ("src", ">i8"),
+        ("l3", ">i4"),
+        ("dst", ">i8"),
+        ("l4", ">i4"),
+        ("weight", ">f8"),
+        ("l5", ">i4"),
+        ("digest", "V16"),
+    ]
+)
+_MEMBER_ROW = np.dtype(
+    [("n", ">i2"), ("l1", ">i4"), ("community", ">i8"), ("l2", ">i4"), ("entity", ">i8")]
+)
+
+ENTITIES_COPY = (
+    "COPY (SELECT id, decode(md5(name || chr(31) || type || chr(31) || description), 'hex')"
+    " FROM entities) TO STDOUT (FORMAT BINARY)"
+)
+RELATIONSHIPS_COPY = (
+    "COPY (SELECT id, source_id, target_id, weight,"
+    " decode(md5(type || chr(31) || description), 'hex') FROM relationships)"
+    " TO STDOUT (FORMAT BINARY)"
+)
+
+
+@dataclass(frozen=True)
+class PreviousReports:
+    """The published snapshot: its id, its communities for the engine, and which report each
+    fingerprint had (title, summary, writer) so unchanged communities reuse it."""
+
+    snapshot_id: int
+    structure: PreviousSnapshot
+    by_fingerprint: dict[str, tuple[str, str, str]]
+
+
+@contextlib.asynccontextmanager
+async def graph_snapshot(
+    engine: AsyncEngine, lock_timeout_s: float = 10.0
+) -> AsyncIterator[tuple[AsyncConnection, int]]:
+    """A REPEATABLE READ, read-only connection and the exact graph_changes watermark of the
+    data it sees."""
+    async with engine.connect() as holder, engine.connect() as reader:
+        await holder.execution_options(isolation_level="REPEATABLE READ")
+        await reader.execution_options(isolation_level="REPEATABLE READ")
+        async with holder.begin():
+            await holder.execute(
+                text("SELECT set_config('lock_timeout', :ms, true)"),
+                {"ms": f"{int(lock_timeout_s * 1000)}ms"},
+            )
+            try:
+                await holder.execute(text("LOCK TABLE graph_changes IN SHARE MODE"))
+            except Exception as exc:
+                raise TransientError(f"could not freeze graph_changes: {exc}") from exc
+            snapshot = str(await holder.scalar(text("SELECT pg_export_snapshot()")))
+            if not _SNAPSHOT_ID.match(snapshot):
+                raise ValueError(f"unexpected snapshot id {snapshot!r}")
+            await reader.begin()
+            # SET TRANSACTION SNAPSHOT takes a literal, not a parameter; the id is checked above.
+            await reader.execute(text(f"SET TRANSACTION SNAPSHOT '{snapshot}'"))
+            await reader.execute(text("SET TRANSACTION READ ONLY"))
+        watermark = int(
+            await reader.scalar(text("SELECT coalesce(max(id), 0) FROM graph_changes")) or 0
+        )
+        try:
+            yield reader, watermark
+        finally:
+            await reader.rollback()
+
+
+async def load_graph_rows(conn: AsyncConnection) -> GraphRows:
+    """All entities and relationships, as arrays."""
+    entities = await copy_fixed(conn, ENTITIES_COPY, _ENTITY_ROW)
+    rels = await copy_fixed(conn, RELATIONSHIPS_COPY, _REL_ROW)
+    return GraphRows(
+        entity_ids=entities["id"].astype(np.int64),
+        entity_digests=entities["digest"].copy(),
+        rel_ids=rels["id"].astype(np.int64),
+        rel_src=rels["src"].astype(np.int64),
+        rel_dst=rels["dst"].astype(np.int64),
+        rel_weight=rels["weight"].astype(np.float64),
+        rel_digests=rels["digest"].copy(),
+    )
+
+
+async def load_previous(conn: AsyncConnection) -> PreviousReports | None:
+    """The published snapshot's communities, or None before the first one."""
+    snapshot_id = await conn.scalar(text("SELECT id FROM snapshots WHERE status = 'published'"))
+    if snapshot_id is None:
+        return None
+    rows = (
+        await conn.execute(
+            text(
+                "SELECT id, level, size, coalesce(parent_id, -1) AS parent_id, fingerprint,"
+                " title, summary, coalesce(report->>'writer', '') AS writer"
+                " FROM communities WHERE snapshot_id = :s ORDER BY id"
+            ),
+            {"s": snapshot_id},
+        )
+    ).all()
+    members = await copy_fixed(
+        conn,
+        "COPY (SELECT community_id, entity_id FROM community_members"
+        f" WHERE snapshot_id = {int(snapshot_id)}) TO STDOUT (FORMAT BINARY)",
+        _MEMBER_ROW,
+    )
+    structure = PreviousSnapshot(
+        member_community=members["community"].astype(np.int64),
+        member_entity=members["entity"].astype(np.int64),
+        community_ids=np.array([r.id for r in rows], dtype=np.int64),
+        community_levels=np.array([r.level for r in rows], dtype=np.int64),
+        community_sizes=np.array([r.size for r in rows], dtype=np.int64),
+        community_parents=np.array([r.parent_id for r in rows], dtype=np.int64),
+        community_fingerprints=[r.fingerprint for r in rows],
+    )
+    reports = {r.fingerprint: (r.title, r.summary, r.writer) for r in rows}
+    return PreviousReports(int(snapshot_id), structure, reports)
+
+
+async def next_community_id(conn: AsyncConnection) -> int:
+    """Ids never used by any stored snapshot start here."""
+    return int(await conn.scalar(text("SELECT coalesce(max(id), 0) + 1 FROM communities")) or 1)
+
+
+async def copy_fixed(conn: AsyncConnection, sql: str, row: np.dtype) -> npt.NDArray[np.void]:
+    """Run a binary COPY TO STDOUT whose rows all have ``row``'s fixed layout."""
+    driver = await psycopg_connection(conn)
+    buffer = bytearray()
+    async with driver.cursor() as cur, cur.copy(sql) as copy:
+        async for chunk in copy:
+            buffer += chunk
+    return parse_binary_copy(bytes(buffer), row)
+
+
+async def psycopg_connection(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection under a SQLAlchemy one (for COPY), in the same transaction."""
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    if not isinstance(driver, psycopg.AsyncConnection):
+        raise TypeError("the engine must use psycopg 3 (postgresql+psycopg://)")
+    return driver
+
+
+def parse_binary_copy(data: bytes, row: np.dtype) -> npt.NDArray[np.void]:
+    """Rows of a PostgreSQL binary COPY stream with fixed-width, non-null fields."""
+    if not data.startswith(_SIGNATURE):
+        raise ValueError("not a binary COPY stream")
+    extension = int.from_bytes(data[15:19], "big")
+    body = data[19 + extension : -2]
+    if data[-2:] != b"\xff\xff" or len(body) % row.itemsize:
+        raise ValueError("binary COPY stream does not have the expected row layout")
+    rows = np.frombuffer(body, dtype=row)
+    fields = row.fields
+    if fields is None:
+        raise TypeError("row must be a structured dtype")
+    names = [name for name in fields if name != "n"]
+    if len(rows) and np.any(rows["n"] != len(names) // 2):
+        raise ValueError("binary COPY rows have an unexpected number of fields")
+    for length, value in zip(names[::2], names[1::2], strict=True):
+        if len(rows) and np.any(rows[length] != fields[value][0].itemsize):
+            raise ValueError(f"binary COPY field {value!r} is null or not of the expected width")
+    return rows

@@ -1,0 +1,142 @@
+"""The snapshot lifecycle: a 'building' row, an atomic publish (the old 'published' becomes
+'retired' in the same transaction, so a reader sees the old snapshot or the new one, never
+both or neither), retention of the last N, and the `kgstream.snapshots` announcement."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.core.contracts import schema_errors
+
+Announcer = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Published:
+    """The published snapshot row."""
+
+    id: int
+    published_at: datetime
+    watermark: int
+    nodes: int
+    edges: int
+    communities: int
+    levels: int
+    reports_reused: int
+    reports_generated: int
+
+    def event(self) -> dict[str, Any]:
+        """The snapshot published v1 event (schemas/snapshot_published.v1.json)."""
+        event = {
+            "schema_version": 1,
+            "snapshot_id": self.id,
+            "published_at": self.published_at.isoformat(),
+            "watermark": self.watermark,
+            "nodes": self.nodes,
+            "edges": self.edges,
+            "communities": self.communities,
+            "levels": self.levels,
+            "reports_reused": self.reports_reused,
+            "reports_generated": self.reports_generated,
+        }
+        problems = schema_errors(event, "snapshot_published.v1")
+        if problems:
+            raise ValueError("snapshot event violates its contract: " + "; ".join(problems))
+        return event
+
+
+async def begin(engine: AsyncEngine, watermark: int, nodes: int, edges: int) -> int:
+    """A new 'building' snapshot. Called under the recompute lock, so any other 'building'
+    row was left by a worker that died: it is marked failed."""
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE snapshots SET status = 'failed' WHERE status = 'building'"))
+        snapshot_id = await conn.scalar(
+            text(
+                "INSERT INTO snapshots (status, watermark, nodes, edges)"
+                " VALUES ('building', :w, :n, :e) RETURNING id"
+            ),
+            {"w": watermark, "n": nodes, "e": edges},
+        )
+    return int(snapshot_id)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a built snapshot holds."""
+
+    watermark: int
+    nodes: int
+    edges: int
+    communities: int
+    levels: int
+    reused: int
+    generated: int
+
+
+async def publish(engine: AsyncEngine, snapshot_id: int, counts: Counts) -> Published:
+    """Record the counts and make ``snapshot_id`` the published snapshot, in one transaction."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE snapshots SET status = 'retired' WHERE status = 'published'")
+        )
+        row = (
+            await conn.execute(
+                text(
+                    "UPDATE snapshots SET status = 'published', published_at = now(),"
+                    " watermark = :watermark, nodes = :nodes, edges = :edges,"
+                    " communities = :communities, levels = :levels,"
+                    " reports_reused = :reused, reports_generated = :generated"
+                    " WHERE id = :id AND status = 'building'"
+                    " RETURNING id, published_at, watermark, nodes, edges, communities, levels,"
+                    " reports_reused, reports_generated"
+                ),
+                {"id": snapshot_id, **dataclasses.asdict(counts)},
+            )
+        ).one_or_none()
+        if row is None:
+            raise RuntimeError(f"snapshot {snapshot_id} is no longer 'building'; not published")
+    return Published(**row._asdict())
+
+
+async def fail(engine: AsyncEngine, snapshot_id: int) -> None:
+    """Mark a snapshot whose build went wrong; its rows go with the next pruning."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE snapshots SET status = 'failed' WHERE id = :id AND status = 'building'"),
+            {"id": snapshot_id},
+        )
+
+
+async def prune(engine: AsyncEngine, keep: int) -> int:
+    """Keep the newest ``keep`` published/retired snapshots; drop older ones and failed ones.
+    Readers still inside an older snapshot keep seeing it (MVCC), so this is safe live."""
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            text(
+                "DELETE FROM snapshots WHERE status IN ('retired', 'failed') AND id NOT IN"
+                " (SELECT id FROM snapshots WHERE status IN ('published', 'retired')"
+                "  ORDER BY id DESC LIMIT :keep)"
+            ),
+            {"keep": keep},
+        )
+    return int(result.rowcount or 0)
+
+
+def kafka_announcer(producer: Any, topic: str, timeout_s: float = 30.0) -> Announcer:
+    """Announce on ``topic`` with a kafka-python producer (waits for the broker's ack)."""
+
+    async def announce(event: dict[str, Any]) -> None:
+        value = json.dumps(event, separators=(",", ":")).encode("utf-8")
+        future = producer.send(topic, key=str(event["snapshot_id"]).encode(), value=value)
+        await asyncio.to_thread(future.get, timeout_s)
+
+    return announce

@@ -1,0 +1,80 @@
+"""Retrieval metrics by doc_id (pure): recall@k, all-gold@k, MRR, latency percentiles, and the
+per-mode summary the eval command prints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    """One question answered in one mode."""
+
+    qid: str
+    question_type: str
+    ranked_doc_ids: list[str]  # deduplicated, rank order
+    gold: frozenset[str]
+    latency_ms: float
+    mode_used: str = ""
+
+
+def dedupe(doc_ids: Iterable[str]) -> list[str]:
+    """Doc ids in rank order, each once (a document's later chunks add nothing)."""
+    return list(dict.fromkeys(doc_ids))
+
+
+def recall_at(ranked: Sequence[str], gold: frozenset[str], k: int) -> float:
+    """Share of the gold documents among the first k."""
+    return len(gold & set(ranked[:k])) / len(gold) if gold else 0.0
+
+
+def all_gold_at(ranked: Sequence[str], gold: frozenset[str], k: int) -> float:
+    """1.0 when every gold document is among the first k (what a multi-hop answer needs)."""
+    return 1.0 if gold and gold <= set(ranked[:k]) else 0.0
+
+
+def reciprocal_rank(ranked: Sequence[str], gold: frozenset[str]) -> float:
+    """1 / rank of the first gold document (0 when none was retrieved)."""
+    for rank, doc in enumerate(ranked, start=1):
+        if doc in gold:
+            return 1.0 / rank
+    return 0.0
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
+    """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n"} over the results."""
+    n = len(results)
+
+    def mean(xs: Iterable[float]) -> float:
+        return round(sum(xs) / n, 4) if n else 0.0
+
+    latencies = [r.latency_ms for r in results]
+    return {
+        "recall": mean(recall_at(r.ranked_doc_ids, r.gold, k) for r in results),
+        "all_gold": mean(all_gold_at(r.ranked_doc_ids, r.gold, k) for r in results),
+        "mrr": mean(reciprocal_rank(r.ranked_doc_ids, r.gold) for r in results),
+        "p50_ms": round(percentile(latencies, 50), 1),
+        "p99_ms": round(percentile(latencies, 99), 1),
+        "n": n,
+    }
+
+
+def mode_report(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
+    """{"overall": summary, "by_type": {question_type: summary}} for one mode."""
+    types = sorted({r.question_type for r in results})
+    return {
+        "overall": summarise(results, k),
+        "by_type": {t: summarise([r for r in results if r.question_type == t], k) for t in types},
+    }

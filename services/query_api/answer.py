@@ -1,0 +1,103 @@
+"""Answers. Offline: extractive, the best supporting sentence quoted with its source, never an
+invented answer. With an LLM: an answer synthesised from the numbered contexts, citing them as
+[n]; for global questions a map-reduce over community summaries."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from services.query_api.llm import ChatModel, ChatReply
+from services.query_api.schemas import CommunityHit, Context
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_TERM = re.compile(r"\w+")
+NO_ANSWER = "No indexed passage matches this question yet."
+CONTEXT_CHARS = 1500
+
+ANSWER_SYSTEM = (
+    "Answer the question using only the numbered sources. Cite every claim with the source "
+    "number in square brackets, e.g. [1] or [2][3]. If the sources do not contain the answer, "
+    "say that they do not. Be brief."
+)
+MAP_SYSTEM = (
+    "You are given one community report from a knowledge graph. Using only this report, "
+    'answer the question as JSON {"points": [{"text": T, "score": S}]} where S (0-100) says '
+    "how helpful the point is. Return no points if the report is irrelevant."
+)
+REDUCE_SYSTEM = (
+    "Combine the analysts' points (each tagged with its community in square brackets) into one "
+    "answer to the question. Keep the community tags as citations. Use only these points."
+)
+
+
+def extractive_answer(question: str, contexts: Sequence[Context], top: int = 3) -> str:
+    """The best supporting sentence from the top contexts, quoted with its source; sentences
+    are scored by overlap with the question's terms, earlier contexts preferred."""
+    terms = {t.lower() for t in _TERM.findall(question) if len(t) > 2}
+    best: tuple[float, str, str] | None = None
+    for rank, ctx in enumerate(contexts[:top]):
+        for sentence in _SENTENCE.split(ctx.text):
+            words = {w.lower() for w in _TERM.findall(sentence)}
+            score = len(terms & words) - 0.5 * rank
+            if sentence.strip() and (best is None or score > best[0]):
+                best = (score, sentence.strip(), ctx.doc_id)
+    if best is None:
+        return NO_ANSWER
+    return f"{best[1]} [{best[2]}]"
+
+
+def extractive_global_answer(communities: Sequence[CommunityHit]) -> str:
+    """Offline global answer: the top communities' summaries, each with its id."""
+    lines = [
+        f"{c.title or 'Community'}: {c.summary.strip()} [community {c.id}]"
+        for c in communities[:3]
+        if c.summary.strip()
+    ]
+    return "\n".join(lines) if lines else NO_ANSWER
+
+
+def sources_prompt(question: str, contexts: Sequence[Context]) -> str:
+    """The user message: numbered sources, then the question."""
+    parts = [
+        f"[{i}] {c.title} ({c.doc_id})\n{c.text[:CONTEXT_CHARS]}" for i, c in enumerate(contexts, 1)
+    ]
+    return "Sources:\n\n" + "\n\n".join(parts) + f"\n\nQuestion: {question}"
+
+
+def synthesise(llm: ChatModel, question: str, contexts: Sequence[Context]) -> ChatReply:
+    """LLM answer citing the numbered contexts (blocking)."""
+    return llm.complete(ANSWER_SYSTEM, sources_prompt(question, contexts), max_tokens=500)
+
+
+def map_prompt(question: str, community: CommunityHit) -> str:
+    """The map step's user message for one community."""
+    return f"Report [{community.id}] {community.title}\n{community.summary}\n\nQuestion: {question}"
+
+
+def parse_points(reply: ChatReply, community_id: int) -> list[tuple[float, str]]:
+    """(score, "point [community id]") pairs from a map reply; nothing when unparseable."""
+    try:
+        data = json.loads(reply.content)
+    except json.JSONDecodeError:
+        return []
+    points = data.get("points", []) if isinstance(data, dict) else []
+    out = []
+    for p in points if isinstance(points, list) else []:
+        if isinstance(p, dict) and str(p.get("text", "")).strip():
+            try:
+                score = float(p.get("score", 0))
+            except (TypeError, ValueError):
+                score = 0.0
+            if score > 0:
+                out.append((score, f"{str(p['text']).strip()} [{community_id}]"))
+    return out
+
+
+def reduce_prompt(question: str, points: Sequence[tuple[float, str]], limit: int = 30) -> str:
+    """The reduce step's user message: the most helpful points first."""
+    best = sorted(points, key=lambda p: -p[0])[:limit]
+    return (
+        "Points:\n" + "\n".join(f"- ({s:.0f}) {t}" for s, t in best) + f"\n\nQuestion: {question}"
+    )

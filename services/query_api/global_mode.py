@@ -1,0 +1,162 @@
+"""Global retrieval over the published snapshot's community summaries: pick a level by the
+question's breadth (unless given), rank that level's communities against the question by
+embedding (lexically when a level has no embeddings), and return the passages that mention the
+top communities' members as contexts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.db.engine import vector_literal
+from services.query_api.lexical import or_query
+from services.query_api.retrieval import Retrieval
+from services.query_api.schemas import CommunityHit, Context, QueryRequest
+
+_BROAD = re.compile(
+    r"\b(themes?|overall|overview|main|summar\w*|trends?|general|across|whole|all|"
+    r"collection|corpus|big\s+picture|landscape)\b",
+    re.IGNORECASE,
+)
+
+# :l is a level, or NULL for the leaves (communities without children, at any level): the
+# finest partition that still covers the whole graph.
+_AT_LEVEL = (
+    "(level = CAST(:l AS integer) OR (CAST(:l AS integer) IS NULL AND id NOT IN ("
+    "SELECT parent_id FROM communities WHERE snapshot_id = :s AND parent_id IS NOT NULL)))"
+)
+_LEVELS = text(
+    "SELECT level, count(*) FROM communities WHERE snapshot_id = :s GROUP BY level ORDER BY level"
+)
+_BY_EMBEDDING = text(
+    "SELECT id, level, title, summary, rating, size,"
+    " 1 - (embedding <=> CAST(:q AS vector)) AS score FROM communities"
+    " WHERE snapshot_id = :s AND embedding IS NOT NULL AND "
+    + _AT_LEVEL
+    + " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
+)
+_BY_TEXT = text(
+    "SELECT id, level, title, summary, rating, size,"
+    " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
+    " FROM communities WHERE snapshot_id = :s AND "
+    + _AT_LEVEL
+    + " ORDER BY score DESC, rating DESC NULLS LAST, id LIMIT :n"
+)
+_QUERY_LEXEMES = text("SELECT tsvector_to_array(to_tsvector('english', :q))")
+_MEMBER_PASSAGES = text(
+    "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
+    " FROM chunks c JOIN documents d USING (doc_id)"
+    " WHERE c.id IN (SELECT m.chunk_id FROM mentions m JOIN community_members cm"
+    "  ON cm.entity_id = m.entity_id WHERE cm.snapshot_id = :s AND cm.community_id = ANY(:ids))"
+    " ORDER BY c.embedding <=> CAST(:q AS vector), c.id LIMIT :k"
+)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A passage reached through a community's members."""
+
+    chunk_id: int
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+
+def breadth_level(question: str, levels: Sequence[int]) -> int | None:
+    """Broad questions (themes, overall, ...) read the coarsest level; others the leaves
+    (None), the most specific communities wherever the hierarchy stops splitting."""
+    if levels and _BROAD.search(question):
+        return min(levels)
+    return None
+
+
+async def levels(conn: AsyncConnection, snapshot_id: int) -> list[int]:
+    """Levels of the snapshot that have communities."""
+    return [int(r[0]) for r in (await conn.execute(_LEVELS, {"s": snapshot_id})).all()]
+
+
+async def rank_communities(
+    conn: AsyncConnection,
+    *,
+    snapshot_id: int,
+    level: int | None,
+    question: str,
+    embedding: Sequence[float],
+    n: int,
+) -> list[CommunityHit]:
+    """The n communities of the level (None: the leaves) closest to the question."""
+    params = {"s": snapshot_id, "l": level, "n": n, "q": vector_literal(embedding)}
+    rows = (await conn.execute(_BY_EMBEDDING, params)).all()
+    if not rows:
+        lexemes = (await conn.scalar(_QUERY_LEXEMES, {"q": question})) or []
+        tsq = or_query(list(lexemes)) or "''"
+        rows = (await conn.execute(_BY_TEXT, {**params, "tsq": tsq})).all()
+    return [
+        CommunityHit(
+            id=int(r[0]),
+            level=int(r[1]),
+            title=str(r[2]),
+            summary=str(r[3]),
+            rating=None if r[4] is None else float(r[4]),
+            size=int(r[5]),
+            score=round(float(r[6] or 0.0), 6),
+        )
+        for r in rows
+    ]
+
+
+async def member_passages(
+    conn: AsyncConnection,
+    snapshot_id: int,
+    community_ids: Sequence[int],
+    embedding: Sequence[float],
+    k: int,
+) -> list[Passage]:
+    """Passages mentioning members of the communities, closest to the question first."""
+    if not community_ids:
+        return []
+    rows = await conn.execute(
+        _MEMBER_PASSAGES,
+        {"s": snapshot_id, "ids": list(community_ids), "q": vector_literal(embedding), "k": k},
+    )
+    return [Passage(int(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows.all()]
+
+
+async def global_retrieve(
+    conn: AsyncConnection,
+    req: QueryRequest,
+    embedding: Sequence[float],
+    snapshot_id: int | None,
+    n: int,
+) -> Retrieval | None:
+    """Top communities at the requested (or breadth-chosen) level and their passages; None
+    when there is no published snapshot with communities."""
+    if snapshot_id is None:
+        return None
+    available = await levels(conn, snapshot_id)
+    if not available:
+        return None
+    level = req.level if req.level is not None else breadth_level(req.question, available)
+    where = "leaf communities" if level is None else f"level {level}"
+    hits = await rank_communities(
+        conn, snapshot_id=snapshot_id, level=level, question=req.question, embedding=embedding, n=n
+    )
+    passages = await member_passages(conn, snapshot_id, [h.id for h in hits], embedding, req.k)
+    contexts = [
+        Context(
+            doc_id=p.doc_id,
+            chunk_id=p.chunk_id,
+            title=p.title,
+            text=p.text,
+            score=round(p.score, 6),
+            why=f"mentions members of communities {[h.id for h in hits][:3]} ({where})",
+        )
+        for p in passages
+    ]
+    notes = [] if level is None or level in available else [f"global: level {level} is empty"]
+    return Retrieval("global", contexts, communities=hits, notes=notes)

@@ -1,0 +1,136 @@
+"""Grounding: which entities of the graph does the question name? Exact normalised-key and
+alias matches for the question's n-grams and extracted spans, trigram matches for the spans;
+each seed is weighted by an IDF over the passages that mention it."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.normalize import entity_key
+
+MAX_NGRAM = 5
+FUZZY_MIN_SIMILARITY = 0.7  # lower let near-miss names ("Yale University") dilute the seeds
+_WORD = re.compile(r"[\w'’.-]+", re.UNICODE)
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "and",
+        "or",
+        "is",
+        "was",
+        "are",
+        "were",
+        "be",
+        "been",
+        "which",
+        "who",
+        "whom",
+        "what",
+        "when",
+        "where",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "that",
+        "this",
+        "these",
+        "those",
+        "it",
+        "its",
+        "as",
+        "than",
+        "both",
+        "same",
+        "other",
+        "also",
+        "their",
+        "his",
+        "her",
+        "they",
+        "he",
+        "she",
+        "film",
+        "one",
+        "two",
+        "first",
+    ]
+)
+
+_EXACT = text(
+    "SELECT e.id, e.name, e.mention_count FROM entities e WHERE e.key = ANY(:k)"
+    " UNION SELECT e.id, e.name, e.mention_count FROM aliases a"
+    " JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = ANY(:k)"
+)
+_FUZZY = text(
+    "SELECT id, name, mention_count, similarity(name, :s) AS sim FROM entities"
+    " WHERE name % :s ORDER BY sim DESC, id LIMIT 3"
+)
+
+
+@dataclass
+class Grounding:
+    """Entities found in the question, with their seed weights (IDF-like)."""
+
+    weights: dict[int, float] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+
+    def ranked_names(self) -> list[str]:
+        """Names, heaviest seed first."""
+        return [self.names[e] for e in sorted(self.weights, key=lambda e: (-self.weights[e], e))]
+
+
+def question_keys(question: str, spans: Iterable[str]) -> set[str]:
+    """Normalised keys of the question's n-grams and extracted spans that may name entities."""
+    words = _WORD.findall(question)
+    keys = {entity_key(s) for s in spans if s.strip()}
+    for n in range(1, MAX_NGRAM + 1):
+        for i in range(len(words) - n + 1):
+            gram = words[i : i + n]
+            if all(w.lower() in STOPWORDS for w in gram):
+                continue
+            if n == 1 and (len(gram[0]) < 3 or gram[0].islower()):
+                continue
+            keys.add(entity_key(" ".join(gram)))
+    keys.discard("")
+    return keys
+
+
+def seed_weight(similarity: float, mentions: int, total_chunks: int) -> float:
+    """Match quality × IDF of the entity over passages (rare names say more)."""
+    return similarity * math.log((total_chunks + 1) / (mentions + 1) + 1.0)
+
+
+async def ground(
+    conn: AsyncConnection, question: str, spans: Sequence[str], total_chunks: int
+) -> Grounding:
+    """Exact key/alias matches for n-grams and spans, trigram matches for extracted spans."""
+    rows = (await conn.execute(_EXACT, {"k": sorted(question_keys(question, spans))})).all()
+    found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows}
+    for span in dict.fromkeys(spans):
+        for r in (await conn.execute(_FUZZY, {"s": span})).all():
+            if float(r[3]) >= FUZZY_MIN_SIMILARITY and int(r[0]) not in found:
+                found[int(r[0])] = (str(r[1]), int(r[2]), float(r[3]))
+    out = Grounding()
+    for eid, (name, mentions, sim) in found.items():
+        out.weights[eid] = seed_weight(sim, mentions, total_chunks)
+        out.names[eid] = name
+    return out

@@ -1,0 +1,130 @@
+"""Lexical retrieval: BM25 over the chunks' full-text vectors (``chunks.tsv``, english config).
+
+PostgreSQL's ts_rank has no inverse document frequency, which is most of what makes BM25 work
+on entity-heavy questions, so the score is computed here: candidates come from the GIN index
+(any question lexeme), document frequencies from the same index, term frequencies from the
+stored positions. Lexemes in more than half of the chunks are dropped (BM25 gives them ~0).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+K1 = 1.2
+B = 0.75
+MAX_CANDIDATES = 1000  # postings scored at most (rarest terms first): bounds the latency
+
+_LEXEMES = text(
+    "SELECT l.lexeme, (SELECT count(*) FROM chunks c WHERE c.tsv @@ to_tsquery('simple',"
+    " quote_literal(l.lexeme))) FROM unnest(tsvector_to_array(to_tsvector('english', :q)))"
+    " AS l(lexeme)"
+)
+_STATS = text("SELECT count(*), coalesce(avg(length(tsv)), 1) FROM chunks")
+_SCORE = text(
+    "WITH q AS (SELECT * FROM unnest(CAST(:lex AS text[]), CAST(:idf AS float8[]))"
+    "  AS q(lexeme, idf)),"
+    " cand AS (SELECT c.id, c.tsv FROM chunks c"
+    "  WHERE c.tsv @@ CAST(:query AS tsquery))"
+    " SELECT cand.id, sum(q.idf * (tf * (:k1 + 1)) / (tf + :k1 * (1 - :b + :b * length(cand.tsv)"
+    "  / :avglen))) AS score"
+    " FROM cand CROSS JOIN LATERAL unnest(cand.tsv) AS u(lexeme, positions, weights)"
+    " JOIN q ON q.lexeme = u.lexeme"
+    " CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf) t"
+    " GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT :k"
+)
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """Chunk count and mean full-text length (distinct lexemes) for BM25 and seed IDF."""
+
+    chunks: int
+    avg_length: float
+
+
+@dataclass
+class StatsCache:
+    """Corpus statistics, recomputed at most every ``ttl_s`` (a full scan is too slow to do per
+    query on a large corpus; IDF barely moves in half a minute)."""
+
+    ttl_s: float = 30.0
+    _value: CorpusStats | None = None
+    _at: float = 0.0
+
+    async def get(self, conn: AsyncConnection) -> CorpusStats:
+        """Cached statistics, refreshed through ``conn`` when stale."""
+        now = time.monotonic()
+        if self._value is None or now - self._at > self.ttl_s or self._value.chunks == 0:
+            row = (await conn.execute(_STATS)).one()
+            self._value = CorpusStats(int(row[0]), max(float(row[1]), 1.0))
+            self._at = now
+        return self._value
+
+
+def idf(df: int, n: int) -> float:
+    """BM25's (Robertson-Sparck Jones) inverse document frequency, floored at 0."""
+    return max(0.0, math.log((n - df + 0.5) / (df + 0.5) + 1.0))
+
+
+def or_query(lexemes: Sequence[str]) -> str:
+    """A tsquery text matching any of the (already normalised) lexemes."""
+    return " | ".join("'" + lex.replace("'", "''").replace("\\", "\\\\") + "'" for lex in lexemes)
+
+
+def useful_terms(dfs: Mapping[str, int], n: int) -> dict[str, float]:
+    """Lexeme -> idf for lexemes that occur somewhere but in at most half of the chunks."""
+    return {lex: idf(df, n) for lex, df in dfs.items() if 0 < df <= max(1, n // 2)}
+
+
+async def bm25_search(
+    conn: AsyncConnection, question: str, k: int, stats: CorpusStats
+) -> dict[int, float]:
+    """Chunk id -> BM25 score for the k best chunks (empty when no question term is indexed)."""
+    rows = (await conn.execute(_LEXEMES, {"q": question})).all()
+    n, avglen = stats.chunks, stats.avg_length
+    dfs = {str(r[0]): int(r[1]) for r in rows}
+    terms = useful_terms(dfs, n)
+    if not terms:
+        return {}
+    lexemes = sorted(terms)
+    result = await conn.execute(
+        _SCORE,
+        {
+            "lex": lexemes,
+            "idf": [terms[t] for t in lexemes],
+            "query": or_query(candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)),
+            "k1": K1,
+            "b": B,
+            "avglen": avglen,
+            "k": k,
+        },
+    )
+    return {int(r[0]): float(r[1]) for r in result.all()}
+
+
+def candidate_terms(dfs: Mapping[str, int], cap: int) -> list[str]:
+    """The rarest terms whose postings add up to at most ``cap`` chunks (at least one term):
+    on a large corpus a chunk that only matches common words cannot reach the top anyway."""
+    chosen: list[str] = []
+    total = 0
+    for term in sorted(dfs, key=lambda t: (dfs[t], t)):
+        if chosen and total + dfs[term] > cap:
+            break
+        chosen.append(term)
+        total += dfs[term]
+    return chosen
+
+
+def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> dict[int, float]:
+    """Reciprocal rank fusion: sum over rankings of 1 / (k + rank), rank from 1."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return scores

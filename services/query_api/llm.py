@@ -1,0 +1,78 @@
+"""The chat model behind answers, routing and global map-reduce: a small Protocol with one
+OpenAI-compatible implementation (our retry policy, token usage counted per call)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import openai
+
+from services.core.llm.client import call_with_retries
+
+
+@dataclass
+class Usage:
+    """Tokens spent by one request's LLM calls."""
+
+    prompt: int = 0
+    completion: int = 0
+    calls: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """For the response's ``tokens`` field."""
+        return {"prompt": self.prompt, "completion": self.completion, "calls": self.calls}
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """The assistant's content and what it cost."""
+
+    content: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatModel(Protocol):
+    """Blocking chat completion (callers run it in an executor)."""
+
+    def complete(
+        self, system: str, user: str, *, max_tokens: int, json_mode: bool = False
+    ) -> ChatReply:
+        """One completion."""
+        ...
+
+
+@dataclass(frozen=True)
+class OpenAIChat:
+    """ChatModel over an OpenAI-compatible endpoint."""
+
+    client: openai.OpenAI
+    model: str
+    max_attempts: int = 4
+    temperature: float = 0.0
+
+    def complete(
+        self, system: str, user: str, *, max_tokens: int, json_mode: bool = False
+    ) -> ChatReply:
+        """One completion, transient errors retried."""
+
+        def call() -> ChatReply:
+            resp = self.client.chat.completions.create(
+                model=self.model,
+                messages=[
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": user},
+                ],
+                max_tokens=max_tokens,
+                temperature=self.temperature,
+                response_format={"type": "json_object"} if json_mode else openai.omit,
+            )
+            usage = resp.usage
+            return ChatReply(
+                content=resp.choices[0].message.content or "",
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+            )
+
+        return call_with_retries(call, self.max_attempts)

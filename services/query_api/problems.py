@@ -1,0 +1,90 @@
+"""Errors as RFC 9457 problem details (application/problem+json), for every failure the API can
+answer: request validation, HTTP errors, our own problems, configuration and database outages."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException
+
+from services.core.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(Exception):
+    """An error the API answers as problem+json."""
+
+    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail, self.extra = status, title, detail, extra
+
+
+def problem_response(
+    request: Request, status: int, title: str, detail: str, **extra: Any
+) -> JSONResponse:
+    """The problem document."""
+    body = {
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": request.url.path,
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def validation_errors(errors: Sequence[Any]) -> list[dict[str, str]]:
+    """Pydantic/FastAPI errors as {"field", "message"} with a dotted location."""
+    out = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path")]
+        out.append({"field": ".".join(loc) or "body", "message": str(e.get("msg", "invalid"))})
+    return out
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on the app."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = validation_errors(exc.errors())
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return problem_response(request, 422, "Invalid request", detail, errors=errors)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        phrase = HTTPStatus(exc.status_code).phrase
+        return problem_response(request, exc.status_code, phrase, str(exc.detail or phrase))
+
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> JSONResponse:
+        return problem_response(request, exc.status, exc.title, exc.detail, **exc.extra)
+
+    @app.exception_handler(ConfigurationError)
+    async def _config(request: Request, exc: ConfigurationError) -> JSONResponse:
+        return problem_response(request, 503, "Service misconfigured", str(exc))
+
+    @app.exception_handler(OperationalError)
+    async def _db_down(request: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database unavailable: %s", exc)
+        return problem_response(request, 503, "Database unavailable", str(exc.orig)[:300])
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s", request.url.path, exc_info=exc)
+        return problem_response(request, 500, "Internal error", "see the service log")
+
+    @app.exception_handler(DBAPIError)
+    async def _db_error(request: Request, exc: DBAPIError) -> JSONResponse:
+        log.exception("database error")
+        return problem_response(request, 500, "Database error", type(exc.orig).__name__)

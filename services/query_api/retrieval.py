@@ -1,0 +1,40 @@
+"""What a retrieval mode hands back to the service, and chunk rows turned into contexts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.query_api.schemas import CommunityHit, Context, Hop, Mode, Route
+from services.query_api.vector import Ranked, load_chunks
+
+
+@dataclass
+class Retrieval:
+    """One mode's result."""
+
+    mode: Mode
+    contexts: list[Context]
+    hops: list[Hop] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    communities: list[CommunityHit] = field(default_factory=list)
+    grounded: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+async def contexts_for(conn: AsyncConnection, ranked: Ranked) -> list[Context]:
+    """The ranked chunks as contexts, in rank order."""
+    rows = await load_chunks(conn, ranked.ids)
+    return [
+        Context(
+            doc_id=rows[c].doc_id,
+            chunk_id=c,
+            title=rows[c].title,
+            text=rows[c].text,
+            score=round(ranked.scores[c], 6),
+            why=ranked.why.get(c, ""),
+        )
+        for c in ranked.ids
+        if c in rows
+    ]

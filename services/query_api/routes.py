@@ -1,0 +1,208 @@
+"""HTTP routes: they translate requests into QueryService calls and reads of the published
+snapshot; HTTP status codes and problem documents live here and in problems.py only."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse
+from prometheus_client import Histogram
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.status import database_status
+from services.query_api.entities import entity_detail, search_entities
+from services.query_api.ingest import DocumentPublisher, delete_event, validate_batch
+from services.query_api.paths import find_routes
+from services.query_api.problems import Problem
+from services.query_api.schemas import (
+    MAX_HOPS,
+    CommunitiesResponse,
+    CommunitySummary,
+    EntityDetail,
+    EntitySummary,
+    IngestAccepted,
+    PathsResponse,
+    QueryRequest,
+    QueryResponse,
+)
+from services.query_api.service import QueryService
+from services.query_api.snapshot import read_snapshot
+
+LATENCY = Histogram(
+    "kgstream_query_seconds",
+    "Query latency by mode used",
+    ["mode"],
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+)
+_COMMUNITIES = text(
+    "SELECT id, level, parent_id, size, title, summary, rating FROM communities"
+    " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)"
+    " ORDER BY level, rating DESC NULLS LAST, size DESC, id LIMIT :n"
+)
+
+router = APIRouter()
+
+
+def get_service(request: Request) -> QueryService:
+    """The process's QueryService (built by create_app)."""
+    service: QueryService = request.app.state.service
+    return service
+
+
+def get_publisher(request: Request) -> DocumentPublisher:
+    """The process's document publisher (built by create_app)."""
+    publisher: DocumentPublisher = request.app.state.publisher
+    return publisher
+
+
+ServiceDep = Annotated[QueryService, Depends(get_service)]
+PublisherDep = Annotated[DocumentPublisher, Depends(get_publisher)]
+
+
+@router.post("/v1/query", response_model=QueryResponse, tags=["query"])
+async def query(req: QueryRequest, svc: ServiceDep) -> QueryResponse:
+    """Answer a question: auto | vector | local | global | path."""
+    resp = await svc.query(req)
+    LATENCY.labels(mode=resp.mode_used).observe(resp.timings.get("total_ms", 0.0) / 1000)
+    return resp
+
+
+@router.get("/v1/entities", tags=["graph"])
+async def entities(
+    svc: ServiceDep,
+    name: Annotated[str, Query(min_length=1, max_length=200, description="Name to look up.")],
+    limit: Annotated[int, Query(ge=1, le=50)] = 10,
+) -> dict[str, Any]:
+    """Entities whose name or alias matches, best first."""
+    async with read_snapshot(svc.engine) as (conn, snapshot_id):
+        found = await search_entities(conn, name, limit)
+    return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
+
+
+@router.get("/v1/entities/{entity_id}", response_model=EntityDetail, tags=["graph"])
+async def entity(
+    svc: ServiceDep,
+    entity_id: Annotated[int, Path(ge=1)],
+    neighbours: Annotated[int, Query(ge=0, le=200)] = 25,
+) -> EntityDetail:
+    """One entity with its strongest relationships and their best evidence."""
+    async with read_snapshot(svc.engine) as (conn, _):
+        found = await entity_detail(conn, entity_id, neighbours)
+    if found is None:
+        raise Problem(404, "Entity not found", f"no entity has id {entity_id}")
+    return found
+
+
+@router.get("/v1/paths", response_model=PathsResponse, tags=["graph"])
+async def paths(
+    svc: ServiceDep,
+    source: Annotated[str, Query(alias="from", min_length=1, max_length=200)],
+    target: Annotated[str, Query(alias="to", min_length=1, max_length=200)],
+    k: Annotated[int, Query(ge=1, le=10)] = 3,
+    max_hops: Annotated[int, Query(ge=1, le=MAX_HOPS)] = MAX_HOPS,
+) -> PathsResponse:
+    """k shortest paths (≤ max_hops) between two entities given by id or name."""
+    async with read_snapshot(svc.engine) as (conn, snapshot_id):
+        ends = [await _resolve(conn, source, "from"), await _resolve(conn, target, "to")]
+        routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops)
+    return PathsResponse(source=ends[0], target=ends[1], snapshot_id=snapshot_id, paths=routes)
+
+
+async def _resolve(conn: AsyncConnection, ref: str, param: str) -> EntitySummary:
+    if ref.isdigit():
+        found = await entity_detail(conn, int(ref), 0)
+        if found is not None:
+            return EntitySummary(**found.model_dump(include=set(EntitySummary.model_fields)))
+    matches = await search_entities(conn, ref, 1)
+    if not matches:
+        raise Problem(404, "Entity not found", f"{param}={ref!r} matches no entity")
+    return matches[0]
+
+
+@router.get("/v1/communities", response_model=CommunitiesResponse, tags=["graph"])
+async def communities(
+    svc: ServiceDep,
+    level: Annotated[int | None, Query(ge=0, le=16)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> CommunitiesResponse:
+    """Communities of the published snapshot (one level, or all), best rated first."""
+    async with read_snapshot(svc.engine) as (conn, snapshot_id):
+        rows: list[tuple[Any, ...]] = []
+        if snapshot_id is not None:
+            params = {"s": snapshot_id, "l": level, "n": limit}
+            rows = [tuple(r) for r in (await conn.execute(_COMMUNITIES, params)).all()]
+    return CommunitiesResponse(
+        snapshot_id=snapshot_id,
+        level=level,
+        communities=[
+            CommunitySummary(
+                id=int(r[0]),
+                level=int(r[1]),
+                parent_id=None if r[2] is None else int(r[2]),
+                size=int(r[3]),
+                title=str(r[4]),
+                summary=str(r[5]),
+                rating=None if r[6] is None else float(r[6]),
+            )
+            for r in rows
+        ],
+    )
+
+
+@router.post("/v1/documents", status_code=202, response_model=IngestAccepted, tags=["ingest"])
+async def post_documents(
+    request: Request,
+    publisher: PublisherDep,
+    body: Annotated[Any, Body(description="One document event v1, or a list of them.")],
+) -> IngestAccepted:
+    """Validate document events and publish them to the documents topic (all or none)."""
+    settings = request.app.state.settings
+    events, problems = validate_batch(body, settings.max_document_bytes, settings.ingest_max_events)
+    if problems:
+        detail = f"{len(problems)} invalid event(s); nothing was published"
+        raise Problem(422, "Invalid document events", detail, errors=problems)
+    await asyncio.to_thread(publisher.send, events)
+    ids = [str(e["event_id"]) for e in events]
+    return IngestAccepted(accepted=len(ids), event_ids=ids, topic=publisher.topic)
+
+
+@router.delete(
+    "/v1/documents/{doc_id}", status_code=202, response_model=IngestAccepted, tags=["ingest"]
+)
+async def delete_document(
+    publisher: PublisherDep, doc_id: Annotated[str, Path(min_length=1, max_length=512)]
+) -> IngestAccepted:
+    """Publish a delete event for the document."""
+    event = delete_event(doc_id)
+    await asyncio.to_thread(publisher.send, [event])
+    return IngestAccepted(accepted=1, event_ids=[event["event_id"]], topic=publisher.topic)
+
+
+@router.get("/v1/status", tags=["operations"])
+async def status(svc: ServiceDep) -> dict[str, Any]:
+    """Row counts and the published snapshot."""
+    return await database_status(svc.engine)
+
+
+@router.get("/healthz", tags=["operations"])
+async def healthz() -> dict[str, str]:
+    """The process is alive."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["operations"])
+async def readyz(svc: ServiceDep) -> JSONResponse:
+    """The database answers: queries can be served."""
+    try:
+        async with svc.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - readiness reports any failure
+        return JSONResponse(
+            {"status": "unavailable", "detail": str(exc)[:300]},
+            status_code=503,
+        )
+    database = svc.engine.url.render_as_string(hide_password=True)
+    return JSONResponse({"status": "ready", "database": database})

@@ -1,0 +1,115 @@
+"""`kgstream eval` and `kgstream query` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from services.core.infra.manager import Endpoints
+from services.core.infra.ports import free_port
+from services.core.settings import Settings
+from services.query_api.app import create_app
+from tests.conftest import Infra
+from tests.support.cli import env_for
+
+pytestmark = pytest.mark.e2e
+SAMPLE = Path(__file__).resolve().parents[2] / "services" / "cli" / "sample"
+METRICS = {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n"}
+
+
+def test_eval_on_the_sample(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KGSTREAM_")}
+    env["KGSTREAM_HOME"] = str(tmp_path / "home")
+    env["KGSTREAM_LOG_LEVEL"] = "WARNING"
+    args = ["eval", "--events", str(SAMPLE / "events.jsonl")]
+    args += ["--questions", str(SAMPLE / "questions.jsonl"), "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["k"] == 10
+    assert list(report["modes"]) == ["vector", "local", "global", "auto"]
+    for mode, rep in report["modes"].items():
+        assert set(rep) == {"overall", "by_type"}, mode
+        assert set(rep["by_type"]) == {"bridge", "comparison"}
+        for summary in [rep["overall"], *rep["by_type"].values()]:
+            assert set(summary) == METRICS
+            assert 0 <= summary["recall"] <= 1
+            assert 0 <= summary["all_gold"] <= summary["recall"] <= 1
+            assert 0 < summary["p50_ms"] <= summary["p99_ms"]
+        assert rep["overall"]["n"] == 12
+        assert rep["by_type"]["bridge"]["n"] == 9
+    for mode in ("vector", "local", "auto"):
+        assert report["modes"][mode]["overall"]["all_gold"] >= 0.9, mode
+    # the embedded server of the temporary home is gone
+    assert not list((tmp_path / "home").glob("**/postmaster.pid"))
+
+
+@pytest.fixture
+def running_api(community_db: str, infra: Infra) -> Iterator[Settings]:
+    """The query API on a free port, serving the indexed sample (its own process thread)."""
+    port = free_port()
+    settings = Settings(
+        home=infra.home,
+        database_url=community_db,
+        kafka_bootstrap_servers=infra.bootstrap,
+        api_port=port,
+    )
+    app = create_app(settings, Endpoints(community_db, infra.bootstrap))
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.started
+    yield settings
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def local_queries(port: int) -> float:
+    """The API's count of answered local queries (the metrics registry is per process)."""
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    prefix = 'kgstream_query_seconds_count{mode="local"} '
+    lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
+    return float(lines[0].removeprefix(prefix)) if lines else 0.0
+
+
+def test_query_via_api_and_direct_print_the_same_json(running_api: Settings) -> None:
+    question = "Who directed the film that was shot in Leland, North Carolina?"
+    args = [sys.executable, "-m", "services.cli.main", "query", question, "--mode", "local"]
+    args += ["--json"]
+    env = {**env_for(running_api), "KGSTREAM_API_PORT": str(running_api.api_port)}
+    env["KGSTREAM_QUERY_API_PROBE_S"] = "2"
+    before = local_queries(running_api.api_port)
+    via_api = subprocess.run(
+        args, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert via_api.returncode == 0, via_api.stderr[-2000:]
+    assert local_queries(running_api.api_port) == before + 1  # it went through the API
+    env["KGSTREAM_API_PORT"] = str(free_port())  # nothing listens there: direct
+    direct = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert direct.returncode == 0, direct.stderr[-2000:]
+    a, b = json.loads(via_api.stdout), json.loads(direct.stdout)
+    assert set(a) == set(b)
+    assert a["mode_used"] == b["mode_used"] == "local"
+    assert [c["chunk_id"] for c in a["contexts"]] == [c["chunk_id"] for c in b["contexts"]]
+    assert {"doc_id", "chunk_id", "score", "text"} <= set(a["contexts"][0])

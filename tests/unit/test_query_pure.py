@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+
+from services.eval.metrics import (
+    QuestionResult,
+    all_gold_at,
+    dedupe,
+    mode_report,
+    percentile,
+    recall_at,
+    reciprocal_rank,
+)
+from services.query_api.answer import parse_points
+from services.query_api.global_mode import breadth_level
+from services.query_api.ingest import delete_event, validate_batch
+from services.query_api.lexical import candidate_terms, idf, or_query, rrf, useful_terms
+from services.query_api.llm import ChatReply
+from services.query_api.paths import k_shortest, named_ends, path_score
+from services.query_api.router import heuristic_route, parse_llm_route
+
+GOLD = frozenset({"a", "b"})
+
+
+def test_metrics_by_doc_id() -> None:
+    ranked = dedupe(["x", "a", "a", "y", "b"])
+    assert ranked == ["x", "a", "y", "b"]
+    assert recall_at(ranked, GOLD, 2) == 0.5
+    assert all_gold_at(ranked, GOLD, 3) == 0.0
+    assert all_gold_at(ranked, GOLD, 4) == 1.0
+    assert reciprocal_rank(ranked, GOLD) == 0.5
+    assert reciprocal_rank(["x"], GOLD) == 0.0
+    assert percentile([5.0, 1.0, 3.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert percentile([], 50) == 0.0
+
+
+def test_mode_report_shape() -> None:
+    results = [
+        QuestionResult("1", "bridge", ["a", "b"], GOLD, 10.0),
+        QuestionResult("2", "comparison", ["x", "a"], GOLD, 30.0),
+    ]
+    report = mode_report(results, k=10)
+    assert set(report) == {"overall", "by_type"}
+    assert set(report["overall"]) == {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n"}
+    assert report["overall"]["all_gold"] == 0.5
+    assert report["overall"]["mrr"] == 0.75
+    assert report["by_type"]["bridge"]["n"] == 1
+    assert report["by_type"]["comparison"]["recall"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("question", "mode"),
+    [
+        ("How is Christopher Nolan connected to Sathish Kalathil?", "path"),
+        ("What is the relationship between Boston and Canton?", "path"),
+        ("What are the main themes of the collection?", "global"),
+        ("Who directed the film that was shot in Leland?", "local"),
+        ("Are both magazines, the Woman's Viewpoint and Pick Me Up, British?", "local"),
+        ("what is a good recipe for bread", "vector"),
+    ],
+)
+def test_heuristic_router(question: str, mode: str) -> None:
+    assert heuristic_route(question).mode == mode
+
+
+def test_router_without_communities_does_not_pick_global() -> None:
+    assert heuristic_route("overall themes", has_communities=False).mode == "vector"
+
+
+def test_llm_route_parsing() -> None:
+    route = parse_llm_route(ChatReply('{"mode": "global", "reason": "themes"}'))
+    assert route is not None
+    assert route.mode == "global"
+    assert parse_llm_route(ChatReply('{"mode": "nonsense"}')) is None
+    assert parse_llm_route(ChatReply("not json")) is None
+
+
+def test_lexical_helpers() -> None:
+    assert idf(1, 100) > idf(50, 100) > 0
+    assert idf(100, 100) >= 0
+    assert or_query(["gallu", "o'neil"]) == "'gallu' | 'o''neil'"
+    assert useful_terms({"rare": 1, "common": 90, "absent": 0}, 100) == {"rare": idf(1, 100)}
+    assert candidate_terms({"a": 5, "b": 50, "c": 1000}, 100) == ["a", "b"]
+    assert candidate_terms({"c": 1000}, 100) == ["c"]  # at least one term
+    fused = rrf([[1, 2, 3], [3, 1]], k=60)
+    assert max(fused, key=fused.__getitem__) == 1
+    assert fused[3] > fused[2]
+
+
+def test_paths_scoring_and_k_shortest() -> None:
+    assert path_score([1.0]) == pytest.approx(0.9)
+    assert path_score([0.5, 0.5]) == pytest.approx(0.25 * 0.81)
+    g = nx.Graph()
+    for rid, (a, b, s) in enumerate([(1, 2, 0.9), (2, 3, 0.9), (1, 4, 0.5), (4, 3, 0.9)]):
+        g.add_edge(a, b, rid=rid, type="r", strength=s, ends=(a, b))
+    g.add_edge(3, 5, rid=9, type="r", strength=0.9, ends=(3, 5))
+    paths = k_shortest(g, 1, 3, k=5, max_hops=6)
+    assert [p.entities for p in paths] == [[1, 2, 3], [1, 4, 3]]  # equal hops: better evidence
+    assert paths[0].directed == [(1, "r", 2), (2, "r", 3)]
+    assert k_shortest(g, 1, 5, k=5, max_hops=2) == []  # 3 hops needed
+    assert k_shortest(g, 1, 99, k=5, max_hops=6) == []
+
+
+def test_named_ends() -> None:
+    assert named_ends("How are Boston and Canton related? between Boston and Canton") == (
+        "Boston",
+        "Canton",
+    )
+    assert named_ends("path from Aaron Spelling to Brad Kern?") == ("Aaron Spelling", "Brad Kern")
+    assert named_ends("Who is Brad Kern?") is None
+
+
+def test_breadth_level() -> None:
+    assert breadth_level("What are the main themes?", [0, 1, 2]) == 0
+    assert breadth_level("Who founded Two Dollar Radio?", [0, 1, 2]) is None
+
+
+def test_map_points_parsing() -> None:
+    reply = ChatReply(
+        '{"points": [{"text": "Boston is a city", "score": 80}, {"text": "", "score": 5}]}'
+    )
+    assert parse_points(reply, 7) == [(80.0, "Boston is a city [7]")]
+    assert parse_points(ChatReply("oops"), 7) == []
+
+
+def test_ingest_validation_is_all_or_nothing() -> None:
+    good = {
+        "event_id": "e1",
+        "type": "upsert",
+        "doc_id": "d1",
+        "text": "hello",
+        "occurred_at": "2026-01-01T00:00:00Z",
+    }
+    events, problems = validate_batch(good, 10_000, 10)
+    assert events == [good]
+    assert problems == []
+    events, problems = validate_batch([good, {"event_id": "e2", "type": "upsert"}], 10_000, 10)
+    assert events == []
+    assert problems[0]["index"] == 1
+    assert problems[0]["event_id"] == "e2"
+    assert any("doc_id" in e for e in problems[0]["errors"])
+    assert validate_batch([good] * 3, 10_000, 2)[1][0]["errors"][0].startswith("3 events")
+    assert validate_batch([], 10_000, 2)[1]
+    assert validate_batch(good, 10, 2)[1][0]["errors"][0].startswith("oversize")
+    event = delete_event("d1")
+    assert validate_batch(event, 10_000, 1) == ([event], [])
