@@ -42,7 +42,14 @@ async def commit_upsert(deps: IndexerDeps, plan: UpsertPlan, computed: Computed)
         ents, rels = await gw.remove_chunks(
             conn, [i for h, i in current.items() if h not in wanted]
         )
-        await gw.reorder_chunks(conn, {current[h]: c.ord for h, c in plan.planned if h in current})
+        await gw.reorder_chunks(
+            conn,
+            [
+                (current[h], c.ord, c.start_char, c.end_char)
+                for h, c in plan.planned
+                if h in current
+            ],
+        )
         new_chunks = [
             gw.NewChunk(
                 ord=c.ord,

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.chunking import Chunk
 from services.core.contracts import DocumentEvent
 from services.core.errors import PermanentError, TransientError
-from services.core.extraction import Extraction
+from services.core.extraction import ExtractedEntity, Extraction
 from services.indexer import graph_writer as gw
 from services.indexer.deps import IndexerDeps
 from services.indexer.documents import already_processed, stored_doc
@@ -102,11 +102,14 @@ async def _prepare_resolutions(
 ) -> list[gw.Resolution]:
     canonicals = []
     wanted: dict[str, Surface] = {}
-    for plan, chunks in zip(plans, per_plan, strict=True):
+    kept = await _kept_mentions(deps, plans)
+    for plan, chunks, old in zip(plans, per_plan, kept, strict=True):
         mentioned = [
             e for _, x in chunks.values() for e in gw.with_title(plan.event.title, x).entities
         ]
-        canonical = local_canonical(mentioned)
+        # Short forms resolve against the whole document, kept chunks included, exactly as a
+        # rebuild from scratch would see it.
+        canonical = local_canonical([*mentioned, *old])
         canonicals.append(canonical)
         for key, surface in document_surfaces(mentioned, canonical).items():
             wanted.setdefault(key, surface)
@@ -123,6 +126,30 @@ async def _prepare_resolutions(
             found = await loop.run_in_executor(deps.executor, deps.embedder.embed, names)
             vectors = dict(zip(missing, found, strict=True))
     return [gw.Resolution(c, vectors, deps.resolver) for c in canonicals]
+
+
+async def _kept_mentions(
+    deps: IndexerDeps, plans: Sequence[UpsertPlan]
+) -> list[list[ExtractedEntity]]:
+    out: list[list[ExtractedEntity]] = []
+    async with deps.engine.connect() as conn:
+        for plan in plans:
+            fresh = {h for h, _ in plan.fresh}
+            kept = [h for h, _ in plan.planned if h not in fresh]
+            if not kept or not plan.fresh:
+                out.append([])
+                continue
+            rows = await conn.execute(
+                text(
+                    "SELECT m.surface, m.type FROM mentions m JOIN chunks c ON c.id = m.chunk_id"
+                    " WHERE c.doc_id = :d AND c.content_hash = ANY(:h) AND m.start_char >= 0"
+                ),
+                {"d": plan.event.doc_id, "h": kept},
+            )
+            out.append(
+                [ExtractedEntity(r.surface, r.type, 0, len(r.surface), "") for r in rows.all()]
+            )
+    return out
 
 
 def _dedupe_chunks(title: str, chunks: Sequence[Chunk]) -> list[tuple[str, Chunk]]:

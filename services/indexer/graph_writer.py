@@ -74,12 +74,16 @@ async def remove_chunks(
     return entity_ids, rel_ids
 
 
-async def reorder_chunks(conn: AsyncConnection, ords: dict[int, int]) -> None:
-    """Kept chunks may move inside the document; their extraction stays."""
-    if ords:
+async def reorder_chunks(conn: AsyncConnection, moves: Sequence[tuple[int, int, int, int]]) -> None:
+    """Kept chunks (chunk_id, ord, start_char, end_char) may move inside the document; their
+    embedding and extraction stay, their position follows the current text."""
+    if moves:
         await conn.execute(
-            text("UPDATE chunks SET ord = :o WHERE id = :i AND ord <> :o"),
-            [{"i": i, "o": o} for i, o in ords.items()],
+            text(
+                "UPDATE chunks SET ord = :o, start_char = :s, end_char = :e WHERE id = :i"
+                " AND (ord, start_char, end_char) IS DISTINCT FROM (:o, :s, :e)"
+            ),
+            [{"i": i, "o": o, "s": st, "e": en} for i, o, st, en in moves],
         )
 
 

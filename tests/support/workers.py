@@ -1,0 +1,177 @@
+"""Indexer worker processes and the broker around them: start and stop workers, publish a
+JSONL corpus keyed by doc_id, and read a consumer group's committed offsets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+
+from services.core.settings import Settings
+from tests.support.cli import env_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE_EVENTS = ROOT / "services" / "cli" / "sample" / "events.jsonl"
+
+
+@dataclass
+class Worker:
+    """One `kgstream worker indexer` process, its output in ``log``."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    consumer_group: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no final offset commit."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def ready(self) -> bool:
+        """faust says so (at log level INFO) once it has its partitions."""
+        return "[^Worker]: Ready" in self.output()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the process has used (Linux /proc)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_worker(
+    settings: Settings,
+    log: Path,
+    *,
+    consumer_group: str | None = None,
+    log_level: str = "INFO",
+) -> Worker:
+    """Start an indexer process on ``settings`` (its own consumer group when given)."""
+    group = consumer_group or settings.consumer_group
+    env = {**env_for(settings), "KGSTREAM_CONSUMER_GROUP": group, "KGSTREAM_LOG_LEVEL": log_level}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "worker", "indexer"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    return Worker(proc, log, group)
+
+
+def stop_workers(workers: Iterable[Worker]) -> None:
+    for w in workers:
+        w.stop()
+
+
+def wait_ready(workers: Sequence[Worker], timeout: float = 90) -> bool:
+    """Wait until every worker has joined its group and is ready (or one died)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(w.ready() for w in workers):
+            return True
+        if not all(w.alive() for w in workers):
+            return False
+        time.sleep(0.2)
+    return False
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where each published line landed."""
+
+    doc_id: str
+    partition: int
+    offset: int
+
+
+def sample_lines() -> list[str]:
+    """The 48 sample events, one JSON line each."""
+    return SAMPLE_EVENTS.read_text(encoding="utf-8").splitlines()
+
+
+def publish_lines(bootstrap: str, topic: str, lines: Sequence[str]) -> list[Published]:
+    """Send each line (a JSON event) keyed by its doc_id, in order, and wait for the acks."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    try:
+        futures = []
+        for line in lines:
+            doc_id = str(json.loads(line)["doc_id"])
+            futures.append((doc_id, producer.send(topic, key=doc_id.encode(), value=line.encode())))
+        producer.flush(timeout=60)
+        return [Published(d, f.get(60).partition, f.get(60).offset) for d, f in futures]
+    finally:
+        producer.close(timeout=10)
+
+
+def end_offsets(published: Iterable[Published]) -> dict[int, int]:
+    """partition -> offset after the last published record (computed from the acks, since
+    tansu's own end offsets are approximate: DESIGN.md)."""
+    ends: dict[int, int] = {}
+    for p in published:
+        ends[p.partition] = max(ends.get(p.partition, 0), p.offset + 1)
+    return ends
+
+
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: Iterable[int]
+) -> dict[int, int]:
+    """partition -> the group's committed offset on ``topic`` (missing: nothing committed)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        found = admin.list_group_offsets({group: [TopicPartition(topic, p) for p in partitions]})
+    finally:
+        admin.close()
+    return {
+        tp.partition: int(meta.offset)
+        for tp, meta in found.get(group, {}).items()
+        if tp.topic == topic and meta is not None and meta.offset >= 0
+    }
+
+
+def wait_committed(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    ends: dict[int, int],
+    *,
+    timeout: float = 120,
+    poll: float = 0.5,
+) -> dict[int, int]:
+    """Poll until the group has committed at least ``ends`` on every partition (or timeout);
+    return the last committed offsets seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        committed = committed_offsets(bootstrap, group, topic, ends)
+        if all(committed.get(p, -1) >= end for p, end in ends.items()):
+            return committed
+        if time.monotonic() > deadline:
+            return committed
+        time.sleep(poll)
