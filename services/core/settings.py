@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     resolution_embedding_threshold: float = Field(
         default=0.92, gt=0, le=1, description="Cosine of name embeddings that merges outright."
     )
+    resolution_llm_adjudication: bool = Field(
+        default=True,
+        description="With an LLM configured (KGSTREAM_OPENAI_BASE_URL), let it decide merges in "
+        "the ambiguous band.",
+    )
     resolution_ambiguous_floor: float = Field(
         default=0.80,
         gt=0,

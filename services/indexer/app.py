@@ -12,11 +12,13 @@ import faust
 from services.core.chunking import Chunker
 from services.core.db.engine import make_engine
 from services.core.infra.manager import Endpoints
+from services.core.llm.adjudicator import make_adjudicator
+from services.core.llm.client import make_openai_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch
 from services.indexer.metrics import OUTCOMES
-from services.indexer.resolution import ResolverConfig
+from services.indexer.resolution import Adjudicator, ResolverConfig
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
         publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
         max_document_bytes=settings.max_document_bytes,
-        resolver=ResolverConfig.from_settings(settings),
+        resolver=ResolverConfig.from_settings(settings, _adjudicator(settings)),
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
 
@@ -82,6 +84,13 @@ def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-
         await fut
 
     return publish
+
+
+def _adjudicator(settings: Settings) -> Adjudicator | None:
+    if not (settings.openai_base_url and settings.resolution_llm_adjudication):
+        return None
+    client = make_openai_client(settings)
+    return make_adjudicator(client, settings.llm_model, settings.llm_max_attempts)
 
 
 def run(settings: Settings, endpoints: Endpoints) -> None:

@@ -42,6 +42,7 @@ async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[
             await dead_letter(deps, record, exc, event=None)
     plans: dict[int, UpsertPlan] = {}
     computed: dict[int, Computed] = {}
+    failed: dict[int, PermanentError] = {}
     try:
         async with deps.engine.connect() as conn:
             for i, event in events:
@@ -50,10 +51,15 @@ async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[
         results = await compute(deps, list(plans.values()))
         computed = dict(zip(plans, results, strict=True))
     except Exception as exc:  # noqa: BLE001 - any failure: fall back to one event at a time
-        if len(events) > 1:
+        if isinstance(exc, PermanentError) and len(plans) == 1:
+            failed = dict.fromkeys(plans, exc)  # nothing to isolate: it was this event
+        elif len(events) > 1:
             log.info("batch of %d falls back to single events: %s", len(events), exc)
         plans, computed = {}, {}
     for i, event in events:
+        if i in failed:
+            await dead_letter(deps, records[i], failed[i], event=event)
+            continue
         outcomes[i] = await _apply_until_done(
             deps, records[i], event, plans.get(i), computed.get(i)
         )

@@ -324,3 +324,71 @@ async def test_indexer_stores_llm_graph_and_token_usage(
         count_tokens(m["content"]) + 4 for m in requests[0].body["messages"]
     )
     assert completion_tokens > 0
+
+
+def _event_record(event_id: str, offset: int, text_: str = TEXT) -> RawRecord:
+    event = {
+        "event_id": event_id,
+        "type": "upsert",
+        "doc_id": f"doc-{event_id}",
+        "title": "Curie",
+        "text": text_,
+        "occurred_at": "2024-01-01T00:00:00Z",
+    }
+    return RawRecord("docs", 0, offset, b"k", json.dumps(event).encode())
+
+
+async def test_unusable_llm_output_is_dead_lettered_as_extraction_failed(
+    deps: IndexerDeps, openai_stub: OpenAIStub
+) -> None:
+    llm_deps = dataclasses.replace(deps, extractor=extractor(openai_stub, attempts=2))
+    openai_stub.fail_next("malformed", times=2)
+    assert await handle_record(llm_deps, _event_record("bad-llm", 11)) == "dead_lettered"
+    async with deps.engine.connect() as conn:
+        reasons = (await conn.execute(text("SELECT reason, event_id FROM dead_letters"))).all()
+        docs = (await conn.execute(text("SELECT count(*) FROM documents"))).scalar_one()
+    assert [tuple(r) for r in reasons] == [("extraction_failed", "bad-llm")]
+    assert docs == 0
+
+
+async def test_llm_outage_delays_but_does_not_dead_letter(
+    deps: IndexerDeps, openai_stub: OpenAIStub
+) -> None:
+    # Every try of the first extraction fails with 500: the handler keeps the event and retries.
+    llm_deps = dataclasses.replace(deps, extractor=extractor(openai_stub, attempts=2))
+    openai_stub.fail_next("500", times=2)
+    assert await handle_record(llm_deps, _event_record("outage", 12)) == "applied"
+    async with deps.engine.connect() as conn:
+        letters = (await conn.execute(text("SELECT count(*) FROM dead_letters"))).scalar_one()
+    assert letters == 0
+    assert len(openai_stub.requests_to(CHAT)) == 3
+
+
+async def test_permanent_database_error_is_dead_lettered_as_processing_failed(
+    deps: IndexerDeps,
+) -> None:
+    # PostgreSQL text cannot hold NUL: retrying cannot help, so the event is dead-lettered.
+    outcome = await handle_record(deps, _event_record("nul", 13, "Marie Curie\u0000 in Paris."))
+    assert outcome == "dead_lettered"
+    async with deps.engine.connect() as conn:
+        reasons = (await conn.execute(text("SELECT reason FROM dead_letters"))).scalars().all()
+    assert reasons == ["processing_failed"]
+
+
+async def test_adjudicator_asks_the_llm_and_treats_doubt_as_no_merge(
+    openai_stub: OpenAIStub,
+) -> None:
+    from services.core.llm.adjudicator import make_adjudicator
+
+    def same_if_both_curie(body: dict[str, Any]) -> str:
+        user = body["messages"][-1]["content"]
+        return json.dumps({"same": user.count("Curie") == 2})
+
+    openai_stub.chat_handler = same_if_both_curie
+    settings = Settings(openai_base_url=openai_stub.base_url, llm_timeout_s=5)
+    adjudicate = make_adjudicator(make_openai_client(settings), MODEL, attempts=2)
+    assert await adjudicate("Marie Curie", "M. Curie", "PERSON") is True
+    assert await adjudicate("Marie Curie", "Marie Antoinette", "PERSON") is False
+    assert "A: Marie Curie" in openai_stub.requests_to(CHAT)[0].body["messages"][-1]["content"]
+    openai_stub.chat_handler = lambda _body: "not json"
+    assert await adjudicate("Marie Curie", "M. Curie", "PERSON") is False

@@ -1,0 +1,61 @@
+"""LLM adjudication of entity merges in the ambiguous band (similar names, moderately similar
+embeddings). Unsure or unusable answers mean "no merge": a duplicate is cheaper to live with
+than a false merge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.shared_params import ResponseFormatJSONSchema
+
+from services.core.llm.client import call_with_retries
+
+_FORMAT: ResponseFormatJSONSchema = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "same_entity",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"same": {"type": "boolean"}},
+            "required": ["same"],
+            "additionalProperties": False,
+        },
+    },
+}
+_SYSTEM = (
+    "You decide whether two names in a knowledge graph refer to the same real-world entity. "
+    'Answer with JSON {"same": true} only when you are confident; otherwise {"same": false}.'
+)
+
+
+def make_adjudicator(
+    client: openai.OpenAI, model: str, attempts: int
+) -> Callable[[str, str, str], Awaitable[bool]]:
+    """An async (name, candidate, type group) -> same? callable for the resolver."""
+
+    def ask(name: str, candidate: str, group: str) -> bool:
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": f"Type: {group}\nA: {name}\nB: {candidate}"},
+        ]
+
+        def once() -> ChatCompletion:
+            return client.chat.completions.create(
+                model=model, temperature=0, messages=messages, response_format=_FORMAT
+            )
+
+        response = call_with_retries(once, attempts)
+        try:
+            return json.loads(response.choices[0].message.content or "")["same"] is True
+        except (ValueError, KeyError, TypeError):
+            return False
+
+    async def adjudicate(name: str, candidate: str, group: str) -> bool:
+        return await asyncio.to_thread(ask, name, candidate, group)
+
+    return adjudicate
