@@ -22,7 +22,6 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.core.chunking import Chunker  # noqa: E402
 from services.core.db import migrations  # noqa: E402
 from services.core.db.engine import make_engine  # noqa: E402
 from services.core.embedding import OnnxMiniLmEmbedder  # noqa: E402
@@ -30,7 +29,6 @@ from services.core.extraction import SpacyExtractor  # noqa: E402
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch  # noqa: E402
-from services.indexer.resolution import ResolverConfig  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events.jsonl"
 
@@ -63,15 +61,13 @@ async def run(events: Path, sample: int, out: Path | None) -> None:
         async def no_dlq(_key: bytes | None, value: bytes) -> None:
             raise RuntimeError(f"unexpected dead letter: {value[:200]!r}")
 
-        deps = IndexerDeps(
+        deps = IndexerDeps.from_settings(
+            settings,
             engine=engine,
-            chunker=Chunker(settings.chunk_tokens, settings.chunk_overlap),
             embedder=OnnxMiniLmEmbedder(),
             extractor=SpacyExtractor(),
             executor=ThreadPoolExecutor(max_workers=1),
             publish_dead_letter=no_dlq,
-            max_document_bytes=settings.max_document_bytes,
-            resolver=ResolverConfig.from_settings(settings),
         )
         lines = await asyncio.to_thread(lambda: events.read_bytes().splitlines())
         t0 = time.perf_counter()

@@ -14,7 +14,6 @@ import psycopg
 import pytest
 from kafka import KafkaProducer
 
-from services.core.chunking import Chunker
 from services.core.db import migrations
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
@@ -24,7 +23,6 @@ from services.core.infra.postgres import EmbeddedPostgres
 from services.core.infra.topics import ensure_topics
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps
-from services.indexer.resolution import ResolverConfig
 
 pytest_plugins = ["tests.support.fixtures", "tests.support.query_fixtures"]
 
@@ -133,15 +131,13 @@ async def deps(
         await asyncio.to_thread(fut.get, 30)
 
     engine = make_engine(settings.database_url)
-    yield IndexerDeps(
+    yield IndexerDeps.from_settings(
+        settings,
         engine=engine,
-        chunker=Chunker(settings.chunk_tokens, settings.chunk_overlap),
         embedder=embedder,
         extractor=extractor,
         executor=cpu_pool,
         publish_dead_letter=publish,
-        max_document_bytes=settings.max_document_bytes,
-        resolver=ResolverConfig.from_settings(settings),
     )
     await engine.dispose()
     producer.close()

@@ -19,7 +19,6 @@ from typing import Any
 
 from tqdm import tqdm
 
-from services.core.chunking import Chunker
 from services.core.db import migrations
 from services.core.db.engine import make_engine
 from services.core.infra.postgres import EmbeddedPostgres
@@ -29,7 +28,6 @@ from services.eval.communities import ensure_snapshot
 from services.eval.metrics import QuestionResult, dedupe, mode_report
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.handlers import handle_batch
-from services.indexer.resolution import ResolverConfig
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
 
@@ -155,15 +153,13 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
         engine = make_engine(url)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
         embedder, extractor = build_embedder(settings), build_extractor(settings)
-        deps = IndexerDeps(
+        deps = IndexerDeps.from_settings(
+            settings,
             engine=engine,
-            chunker=Chunker(settings.chunk_tokens, settings.chunk_overlap),
             embedder=embedder,
             extractor=extractor,
             executor=pool,
             publish_dead_letter=_no_dead_letter_topic,
-            max_document_bytes=settings.max_document_bytes,
-            resolver=ResolverConfig.from_settings(settings),
         )
         try:
             outcome.ingest = await ingest(deps, events, config.progress)

@@ -9,7 +9,6 @@ from typing import cast
 
 import faust
 
-from services.core.chunking import Chunker
 from services.core.db.engine import make_engine
 from services.core.infra.manager import Endpoints
 from services.core.llm.adjudicator import make_adjudicator
@@ -18,7 +17,7 @@ from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch
 from services.indexer.metrics import OUTCOMES
-from services.indexer.resolution import Adjudicator, ResolverConfig
+from services.indexer.resolution import Adjudicator
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +40,14 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         key_serializer="raw",
         value_serializer="raw",
     )
-    deps = IndexerDeps(
+    deps = IndexerDeps.from_settings(
+        settings,
         engine=make_engine(endpoints.database_url),
-        chunker=Chunker(settings.chunk_tokens, settings.chunk_overlap),
         embedder=build_embedder(settings),
         extractor=build_extractor(settings),
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
         publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
-        max_document_bytes=settings.max_document_bytes,
-        resolver=ResolverConfig.from_settings(settings, _adjudicator(settings)),
+        adjudicate=_adjudicator(settings),
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
 

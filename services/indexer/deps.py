@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Self
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.chunking import Chunker
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
-from services.indexer.resolution import ResolverConfig
+from services.core.settings import Settings
+from services.indexer.resolution import Adjudicator, ResolverConfig
 
 Outcome = Literal["applied", "deleted", "duplicate", "stale", "unchanged", "dead_lettered"]
 DeadLetterPublisher = Callable[[bytes | None, bytes], Awaitable[None]]
@@ -41,3 +42,28 @@ class IndexerDeps:
     publish_dead_letter: DeadLetterPublisher
     max_document_bytes: int
     resolver: ResolverConfig
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        engine: AsyncEngine,
+        embedder: Embedder,
+        extractor: Extractor,
+        executor: Executor,
+        publish_dead_letter: DeadLetterPublisher,
+        adjudicate: Adjudicator | None = None,
+        chunker: Chunker | None = None,
+    ) -> Self:
+        """The bundle with chunking, limits and resolution thresholds as configured."""
+        return cls(
+            engine=engine,
+            chunker=chunker or Chunker(settings.chunk_tokens, settings.chunk_overlap),
+            embedder=embedder,
+            extractor=extractor,
+            executor=executor,
+            publish_dead_letter=publish_dead_letter,
+            max_document_bytes=settings.max_document_bytes,
+            resolver=ResolverConfig.from_settings(settings, adjudicate),
+        )

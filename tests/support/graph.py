@@ -29,7 +29,6 @@ from services.indexer.handlers import (
     handle_batch,
     handle_record,
 )
-from services.indexer.resolution import ResolverConfig
 
 TEMPLATE_DB = "kgstream_template"  # the migrated template tests/conftest.py builds
 
@@ -169,15 +168,14 @@ async def indexer_deps(
     settings = settings or Settings()
     engine = make_engine(url)
     try:
-        yield IndexerDeps(
+        yield IndexerDeps.from_settings(
+            settings,
             engine=engine,
-            chunker=chunker or Chunker(settings.chunk_tokens, settings.chunk_overlap),
             embedder=embedder,
             extractor=extractor,
             executor=executor,
             publish_dead_letter=_no_dead_letters,
-            max_document_bytes=settings.max_document_bytes,
-            resolver=ResolverConfig.from_settings(settings),
+            chunker=chunker,
         )
     finally:
         await engine.dispose()

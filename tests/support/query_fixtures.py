@@ -13,14 +13,12 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from services.core.chunking import Chunker
 from services.core.db.engine import make_engine, vector_literal
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
 from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
-from services.indexer.resolution import ResolverConfig
 from tests.conftest import TEMPLATE_DB, Infra
 
 SAMPLE = Path(__file__).resolve().parents[2] / "services" / "cli" / "sample"
@@ -64,15 +62,13 @@ async def index_sample(
     engine = make_engine(database_url)
     lines = (SAMPLE / "events.jsonl").read_text(encoding="utf-8").splitlines()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        deps = IndexerDeps(
+        deps = IndexerDeps.from_settings(
+            settings,
             engine=engine,
-            chunker=Chunker(settings.chunk_tokens, settings.chunk_overlap),
             embedder=embedder,
             extractor=extractor,
             executor=pool,
             publish_dead_letter=_nowhere,
-            max_document_bytes=settings.max_document_bytes,
-            resolver=ResolverConfig.from_settings(settings),
         )
         for start in range(0, len(lines), 16):
             records = [
