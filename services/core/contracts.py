@@ -66,9 +66,3 @@ def parse_document_event(raw: bytes | str, max_bytes: int) -> DocumentEvent:
     if problems:
         raise PermanentError("contract_violation", "; ".join(problems))
     return DocumentEvent.model_validate(obj)
-
-
-def event_to_wire(event: DocumentEvent) -> bytes:
-    """Serialise an event for publishing (only the fields that are set)."""
-    data = event.model_dump(mode="json", exclude_none=True)
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

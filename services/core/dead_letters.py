@@ -10,6 +10,8 @@ from kafka import KafkaProducer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.core.producer import send_all
+
 
 @dataclass(frozen=True)
 class DeadLetter:
@@ -72,15 +74,8 @@ async def mark_replayed(engine: AsyncEngine, ids: Sequence[int]) -> None:
 
 def republish(producer: KafkaProducer, topic: str, letters: Sequence[DeadLetter]) -> int:
     """Send each raw payload again with its original key; waits for the broker's acks."""
-    futures = [
-        producer.send(
-            topic,
-            key=letter.key.encode("utf-8") if letter.key is not None else None,
-            value=letter.raw,
-        )
-        for letter in letters
-    ]
-    producer.flush()
-    for fut in futures:
-        fut.get(timeout=30)
-    return len(futures)
+    return send_all(
+        producer,
+        topic,
+        [(d.key.encode("utf-8") if d.key is not None else None, d.raw) for d in letters],
+    )

@@ -66,14 +66,27 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, line.rstrip(b"\r\n")
 
 
-def publish_events(producer: KafkaProducer, topic: str, events: Iterable[dict[str, object]]) -> int:
-    """Send events keyed by doc_id and wait until the broker has them all."""
-    futures = []
-    for event in events:
-        key = str(event["doc_id"]).encode("utf-8")
-        value = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        futures.append(producer.send(topic, key=key, value=value))
+def send_all(
+    producer: KafkaProducer, topic: str, records: Iterable[tuple[bytes | None, bytes]]
+) -> int:
+    """Send (key, value) records and wait until the broker has acknowledged every one."""
+    futures = [producer.send(topic, key=key, value=value) for key, value in records]
     producer.flush()
     for fut in futures:
         fut.get(timeout=30)
     return len(futures)
+
+
+def publish_events(producer: KafkaProducer, topic: str, events: Iterable[dict[str, object]]) -> int:
+    """Send events keyed by doc_id and wait until the broker has them all."""
+    return send_all(
+        producer,
+        topic,
+        (
+            (
+                str(event["doc_id"]).encode("utf-8"),
+                json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+            )
+            for event in events
+        ),
+    )

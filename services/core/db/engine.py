@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.core.errors import ConfigurationError
 
@@ -13,11 +13,6 @@ from services.core.errors import ConfigurationError
 def make_engine(url: str, pool_size: int = 5) -> AsyncEngine:
     """An async engine on psycopg 3 (``postgresql+psycopg://``)."""
     return create_async_engine(url, pool_size=pool_size, max_overflow=5, pool_pre_ping=True)
-
-
-def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker:  # type: ignore[type-arg]
-    """Sessions that keep objects usable after commit (we pass plain rows around)."""
-    return async_sessionmaker(engine, expire_on_commit=False)
 
 
 async def check_schema(engine: AsyncEngine, embedding_dim: int) -> None:

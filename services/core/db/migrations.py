@@ -23,8 +23,3 @@ def alembic_config(database_url: str, embedding_dim: int) -> Config:
 def upgrade(database_url: str, embedding_dim: int, revision: str = "head") -> None:
     """Bring the schema up to ``revision``."""
     command.upgrade(alembic_config(database_url, embedding_dim), revision)
-
-
-def current(database_url: str, embedding_dim: int) -> None:
-    """Print the current revision."""
-    command.current(alembic_config(database_url, embedding_dim))
