@@ -174,6 +174,7 @@ class Settings(BaseSettings):
     # --- query API ------------------------------------------------------
     api_host: str = Field(default="127.0.0.1", description="Query API bind address.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Query API port.")
+    # --- authentication (issue 8) -------------------------------------------------------
     query_hybrid: bool = Field(
         default=True, description="Vector mode fuses dense and BM25 rankings (RRF); off: dense."
     )
@@ -207,6 +208,7 @@ class Settings(BaseSettings):
     ingest_max_events: int = Field(
         default=500, ge=1, description="Events one POST /v1/documents may carry."
     )
+    # --- request limits (issue 8) -------------------------------------------------------
 
     log_level: str = Field(default="INFO", description="Python log level.")
 

@@ -1,0 +1,33 @@
+"""Who is asking, and what they may see. A document is visible to a caller when the caller is
+an admin, or when the document belongs to the caller's tenant (both unset counts as the same
+tenant) and its ACL is absent or shares a group with the caller. An empty ACL list is visible
+to admins only. Everything derived from documents (chunks, entities, relationships, evidence,
+paths, community summaries) is visible only through documents the caller can see."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The identity a request runs as: from an API key, or the operator's own access."""
+
+    tenant: str | None = None
+    groups: frozenset[str] = field(default_factory=frozenset)
+    admin: bool = False
+    key_id: int | None = None
+
+    @classmethod
+    def operator(cls) -> Caller:
+        """Direct database access (CLI, eval): sees everything, like an admin key."""
+        return cls(admin=True)
+
+    def can_see(self, tenant: str | None, acl: Collection[str] | None) -> bool:
+        """The visibility rule for one document (the SQL filters implement the same rule)."""
+        if self.admin:
+            return True
+        if tenant != self.tenant:
+            return False
+        return acl is None or not self.groups.isdisjoint(acl)
