@@ -425,11 +425,10 @@ def _print_state(state: dict[str, Any], json_out: bool) -> None:
 def main() -> None:
     """Console-script entry point."""
     from services.core.errors import KgstreamError
-    from services.core.infra.errors import InfraError
 
     try:
         app()
-    except (KgstreamError, InfraError) as exc:
+    except KgstreamError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(1)
 

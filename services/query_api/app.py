@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.core.db.engine import check_schema, make_engine
 from services.core.infra.manager import Endpoints
+from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.query_api import problems
@@ -24,12 +25,14 @@ from services.query_api.service import QueryService, build_query_service
 
 def build_service(settings: Settings, database_url: str) -> QueryService:
     """The query service with its engine and models (used by the API and the CLI)."""
+    client = process_client(settings)  # the process's one OpenAI client (None offline)
     return build_query_service(
         settings,
         make_engine(database_url),
-        build_embedder(settings),
-        build_extractor(settings),
+        build_embedder(settings, client),
+        build_extractor(settings, client),
         ThreadPoolExecutor(max_workers=2, thread_name_prefix="kgstream-query"),
+        client=client,
     )
 
 
