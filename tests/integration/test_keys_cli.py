@@ -8,13 +8,10 @@ import json
 import re
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import uvicorn
 from pydantic import SecretStr
 from sqlalchemy import create_engine, inspect
 
@@ -32,6 +29,7 @@ from services.query_api.app import create_app
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import build_query_service
 from tests.support.cli import env_for, kgstream
+from tests.support.server import serving
 
 pytestmark = pytest.mark.integration
 KEY = re.compile(r"kgs_[0-9a-f]{12}_[A-Za-z0-9_-]{43}")
@@ -120,18 +118,8 @@ def served(
         Endpoints(settings.database_url, str(settings.kafka_bootstrap_servers)),
         service=service,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=api.api_host, port=api.api_port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield api
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(app, api.api_port):
+        yield api
 
 
 def test_kgstream_query_sends_the_configured_key(served: Settings) -> None:
