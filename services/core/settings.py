@@ -175,6 +175,32 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1", description="Query API bind address.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Query API port.")
     # --- authentication (issue 8) -------------------------------------------------------
+    auth: Literal["auto", "required", "off"] = Field(
+        default="auto",
+        description="API keys on the query API: auto = required unless api_host is a loopback "
+        "address (127.0.0.0/8, ::1, localhost); required; off. See docs/security.md.",
+    )
+    auth_allow_insecure: bool = Field(
+        default=False,
+        description="Let the API start with auth off on a non-loopback address (anyone who "
+        "reaches the port may query, ingest and delete).",
+    )
+    auth_cache_ttl_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="Seconds a verified key is remembered per API process; a revoked key stops "
+        "working within this time (0: verify against the database on every request).",
+    )
+    api_docs: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="/docs, /redoc and /openapi.json: auto = served when keys are not "
+        "required, on = always, off = never.",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Key `kgstream query` sends to the query API (Authorization: Bearer).",
+    )
     query_hybrid: bool = Field(
         default=True, description="Vector mode fuses dense and BM25 rankings (RRF); off: dense."
     )

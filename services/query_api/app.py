@@ -17,7 +17,7 @@ from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
-from services.query_api import problems
+from services.query_api import auth, problems
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.routes import router
 from services.query_api.service import QueryService, build_query_service
@@ -39,7 +39,9 @@ def build_service(settings: Settings, database_url: str) -> QueryService:
 def create_app(
     settings: Settings, endpoints: Endpoints, service: QueryService | None = None
 ) -> FastAPI:
-    """The FastAPI app; models load once at start-up (or come in ``service``)."""
+    """The FastAPI app; models load once at start-up (or come in ``service``). Refuses (a
+    ConfigurationError) to serve without keys on a non-loopback address unless forced."""
+    auth.check_bind(settings)
     svc = service or build_service(settings, endpoints.database_url)
     publisher = DocumentPublisher(endpoints.kafka_bootstrap_servers, settings.documents_topic)
 
@@ -53,17 +55,22 @@ def create_app(
             if service is None:  # ours to close
                 await svc.engine.dispose()
 
+    docs = auth.docs_enabled(settings)
     app = FastAPI(
         title="kgstream query API",
         version="0.2.0",
         lifespan=lifespan,
         description="Vector, local, global and path retrieval over the published snapshot; "
         "HTTP ingest of document events. Errors are application/problem+json.",
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
     )
     app.state.service = svc
     app.state.publisher = publisher
     app.state.settings = settings
     problems.install(app)
+    auth.install(app, settings, svc.engine)
     app.include_router(router)
 
     @app.get("/metrics", tags=["operations"])

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.status import database_status
+from services.query_api.auth import ADMIN, INGEST, QUERY
 from services.query_api.entities import entity_detail, search_entities
 from services.query_api.ingest import DocumentPublisher, delete_event, validate_batch
 from services.query_api.paths import find_routes
@@ -62,7 +63,7 @@ ServiceDep = Annotated[QueryService, Depends(get_service)]
 PublisherDep = Annotated[DocumentPublisher, Depends(get_publisher)]
 
 
-@router.post("/v1/query", response_model=QueryResponse, tags=["query"])
+@router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
 async def query(req: QueryRequest, svc: ServiceDep) -> QueryResponse:
     """Answer a question: auto | vector | local | global | path."""
     resp = await svc.query(req)
@@ -70,7 +71,7 @@ async def query(req: QueryRequest, svc: ServiceDep) -> QueryResponse:
     return resp
 
 
-@router.get("/v1/entities", tags=["graph"])
+@router.get("/v1/entities", tags=["graph"], dependencies=[QUERY])
 async def entities(
     svc: ServiceDep,
     name: Annotated[str, Query(min_length=1, max_length=200, description="Name to look up.")],
@@ -82,7 +83,9 @@ async def entities(
     return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
 
 
-@router.get("/v1/entities/{entity_id}", response_model=EntityDetail, tags=["graph"])
+@router.get(
+    "/v1/entities/{entity_id}", response_model=EntityDetail, tags=["graph"], dependencies=[QUERY]
+)
 async def entity(
     svc: ServiceDep,
     entity_id: Annotated[int, Path(ge=1)],
@@ -96,7 +99,7 @@ async def entity(
     return found
 
 
-@router.get("/v1/paths", response_model=PathsResponse, tags=["graph"])
+@router.get("/v1/paths", response_model=PathsResponse, tags=["graph"], dependencies=[QUERY])
 async def paths(
     svc: ServiceDep,
     source: Annotated[str, Query(alias="from", min_length=1, max_length=200)],
@@ -122,7 +125,9 @@ async def _resolve(conn: AsyncConnection, ref: str, param: str) -> EntitySummary
     return matches[0]
 
 
-@router.get("/v1/communities", response_model=CommunitiesResponse, tags=["graph"])
+@router.get(
+    "/v1/communities", response_model=CommunitiesResponse, tags=["graph"], dependencies=[QUERY]
+)
 async def communities(
     svc: ServiceDep,
     level: Annotated[int | None, Query(ge=0, le=16)] = None,
@@ -152,7 +157,13 @@ async def communities(
     )
 
 
-@router.post("/v1/documents", status_code=202, response_model=IngestAccepted, tags=["ingest"])
+@router.post(
+    "/v1/documents",
+    status_code=202,
+    response_model=IngestAccepted,
+    tags=["ingest"],
+    dependencies=[INGEST],
+)
 async def post_documents(
     request: Request,
     publisher: PublisherDep,
@@ -170,7 +181,11 @@ async def post_documents(
 
 
 @router.delete(
-    "/v1/documents/{doc_id}", status_code=202, response_model=IngestAccepted, tags=["ingest"]
+    "/v1/documents/{doc_id}",
+    status_code=202,
+    response_model=IngestAccepted,
+    tags=["ingest"],
+    dependencies=[INGEST],
 )
 async def delete_document(
     publisher: PublisherDep, doc_id: Annotated[str, Path(min_length=1, max_length=512)]
@@ -181,7 +196,7 @@ async def delete_document(
     return IngestAccepted(accepted=1, event_ids=[event["event_id"]], topic=publisher.topic)
 
 
-@router.get("/v1/status", tags=["operations"])
+@router.get("/v1/status", tags=["operations"], dependencies=[ADMIN])
 async def status(svc: ServiceDep) -> dict[str, Any]:
     """Row counts and the published snapshot."""
     return await database_status(svc.engine)
