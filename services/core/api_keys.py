@@ -82,7 +82,7 @@ def parse_scopes(raw: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def hash_secret(secret: str) -> bytes:
-    """SHA-256: the secret is 256 random bits, so no key stretching is needed (see 0003)."""
+    """SHA-256: the secret is 256 random bits, so no key stretching is needed (migration 0004)."""
     return hashlib.sha256(secret.encode("ascii")).digest()
 
 

@@ -1,6 +1,6 @@
 """`kgstream keys create|list|revoke` as a user runs them, the query API refusing to start
 without keys on a public address, `kgstream query` sending KGSTREAM_API_KEY to a real server,
-and migration 0003 going down and up again."""
+and migrations 0003 and 0004 going down and up again."""
 
 from __future__ import annotations
 
@@ -133,14 +133,22 @@ def test_kgstream_query_sends_the_configured_key(served: Settings) -> None:
     assert resp.mode_used == "vector"
 
 
-def test_migration_0003_goes_down_and_up(database_url: str) -> None:
+def test_migrations_0003_and_0004_go_down_and_up(database_url: str) -> None:
     cfg = alembic_config(database_url, 384)
     engine = create_engine(database_url)
+
+    def state() -> tuple[bool, bool]:
+        found = inspect(engine)
+        published = "published_at" in {c["name"] for c in found.get_columns("dead_letters")}
+        return "api_keys" in found.get_table_names(), published
+
     try:
-        assert "api_keys" in inspect(engine).get_table_names()
+        assert state() == (True, True)
+        command.downgrade(cfg, "0003")
+        assert state() == (False, True)
         command.downgrade(cfg, "0002")
-        assert "api_keys" not in inspect(engine).get_table_names()
+        assert state() == (False, False)
         command.upgrade(cfg, "head")
-        assert "api_keys" in inspect(engine).get_table_names()
+        assert state() == (True, True)
     finally:
         engine.dispose()

@@ -1,8 +1,8 @@
 """API keys for the query API (issue 8): only a hash of each secret is stored; a key carries
 its public lookup id so that verifying it is one indexed lookup plus a constant-time compare.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-23
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
