@@ -134,7 +134,7 @@ async def create_key(
         row = (
             await conn.execute(
                 text(
-                    "INSERT INTO api_keys (name, lookup_id, secret_hash, scopes, tenant, groups)"
+                    "INSERT INTO api_keys (name, lookup_id, secret_hash, scopes, tenant, groups)"  # noqa: S608 - _COLUMNS is a constant
                     " VALUES (:name, :lookup, :hash, :scopes, :tenant, :groups)"
                     f" RETURNING {_COLUMNS}"
                 ),
@@ -147,7 +147,7 @@ async def create_key(
 async def list_keys(engine: AsyncEngine) -> list[ApiKey]:
     """Every key, revoked ones included, oldest first."""
     async with engine.connect() as conn:
-        rows = await conn.execute(text(f"SELECT {_COLUMNS} FROM api_keys ORDER BY id"))
+        rows = await conn.execute(text(f"SELECT {_COLUMNS} FROM api_keys ORDER BY id"))  # noqa: S608 - _COLUMNS is a constant
         return [_row(r) for r in rows.all()]
 
 
@@ -157,7 +157,7 @@ async def revoke_key(engine: AsyncEngine, key_id: int) -> ApiKey:
         row = (
             await conn.execute(
                 text(
-                    "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = :id"
+                    "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = :id"  # noqa: S608 - _COLUMNS is a constant
                     f" RETURNING {_COLUMNS}"
                 ),
                 {"id": key_id},
@@ -178,7 +178,7 @@ async def verify_key(engine: AsyncEngine, key: str) -> ApiKey | None:
         row = (
             await conn.execute(
                 text(
-                    f"SELECT {_COLUMNS}, secret_hash FROM api_keys"
+                    f"SELECT {_COLUMNS}, secret_hash FROM api_keys"  # noqa: S608 - _COLUMNS is a constant
                     " WHERE lookup_id = :lookup AND revoked_at IS NULL"
                 ),
                 {"lookup": lookup},

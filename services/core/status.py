@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.communities.ratio import read_change_state
+from services.core.change_state import read_change_state
 
 _COUNTS = {
     "documents": "SELECT count(*) FROM documents WHERE NOT deleted",

@@ -33,14 +33,14 @@ _LEVELS = text(
     "SELECT level, count(*) FROM communities WHERE snapshot_id = :s GROUP BY level ORDER BY level"
 )
 _BY_EMBEDDING = text(
-    "SELECT id, level, title, summary, rating, size,"
+    "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " 1 - (embedding <=> CAST(:q AS vector)) AS score FROM communities"
     " WHERE snapshot_id = :s AND embedding IS NOT NULL AND "
     + _AT_LEVEL
     + " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
 )
 _BY_TEXT = text(
-    "SELECT id, level, title, summary, rating, size,"
+    "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
     " FROM communities WHERE snapshot_id = :s AND "
     + _AT_LEVEL

@@ -20,11 +20,11 @@ from sqlalchemy import text
 from services.communities.app import build_writer, leiden_config
 from services.communities.lock import libpq_url, recompute_lock
 from services.communities.policy import Policy
-from services.communities.ratio import read_change_state
 from services.communities.recompute import RecomputeDeps
 from services.communities.reports import ExtractiveWriter
 from services.communities.snapshots import kafka_announcer
 from services.communities.worker import run_now, tick
+from services.core.change_state import read_change_state
 from services.core.contracts import schema_errors
 from services.core.db.engine import make_engine
 from services.core.embedding import Embedder

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 async def counts(deps: IndexerDeps) -> dict[str, int]:
     out = {}
     for table in ("documents", "chunks", "entities", "relationships", "mentions", "graph_changes"):
-        out[table] = (await rows(deps, f"SELECT count(*) FROM {table}"))[0][0]
+        out[table] = (await rows(deps, f"SELECT count(*) FROM {table}"))[0][0]  # noqa: S608 - table names from a constant tuple
     return out
 
 
