@@ -60,6 +60,13 @@ class Settings(BaseSettings):
         default=180, ge=16, description="Chunk size in cl100k tokens (fits MiniLM's 256 pieces)."
     )
     chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks.")
+    max_document_chunks: int = Field(
+        default=1000,
+        ge=1,
+        description="Documents that chunk into more are dead-lettered (oversize): at ~20 chunks/s "
+        "of extraction per core, this bounds how long one document can hold the indexer "
+        "(about a minute on 2 cores) while still admitting ~180k tokens of text.",
+    )
     embed_batch_size: int = Field(default=16, ge=1, description="Passages per embedding call.")
     indexer_batch_size: int = Field(
         default=16, ge=1, description="Events whose CPU work (embedding, extraction) is shared."

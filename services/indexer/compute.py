@@ -55,6 +55,12 @@ async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentE
     """Chunk the new version and find what is new; duplicates and stale events plan no work."""
     doc_hash = content_hash(event.title, event.text)
     planned = _dedupe_chunks(event.title, deps.chunker.split(document_text(event)))
+    if len(planned) > deps.max_document_chunks:
+        raise PermanentError(
+            "oversize",
+            f"{len(planned)} chunks; the limit is {deps.max_document_chunks}"
+            " (KGSTREAM_MAX_DOCUMENT_CHUNKS)",
+        )
     if await already_processed(conn, event.event_id):
         return UpsertPlan(event, doc_hash, planned, [], duplicate=True)
     decision = decide_upsert(await stored_doc(conn, event.doc_id, lock=False), event, doc_hash)

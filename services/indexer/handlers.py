@@ -89,11 +89,16 @@ async def _compute_batch(
     """Plan and compute the batch's upserts together; on any failure, nothing is shared and
     each event is computed on its own (so one bad event cannot fail its neighbours)."""
     plans: dict[int, UpsertPlan] = {}
+    failed: dict[int, PermanentError] = {}
     try:
         async with deps.engine.connect() as conn:
             for i, event in events:
-                if event.type == "upsert":
+                if event.type != "upsert":
+                    continue
+                try:
                     plans[i] = await plan_upsert(deps, conn, event)
+                except PermanentError as exc:  # e.g. too many chunks: this event alone
+                    failed[i] = exc
     except Exception as exc:  # noqa: BLE001 - each event plans again on its own in _settle
         log.info("planning a batch of %d failed, events go one by one: %s", len(events), exc)
         return {}, {}, {}
@@ -101,11 +106,11 @@ async def _compute_batch(
         results = await compute(deps, list(plans.values()))
     except Exception as exc:  # noqa: BLE001 - isolated below, event by event
         if len(plans) == 1 and not is_transient(exc):
-            return {}, {}, dict.fromkeys(plans, as_permanent(exc))  # it was this event
-        if len(plans) > 1:
+            failed.update(dict.fromkeys(plans, as_permanent(exc)))  # it was this event
+        elif len(plans) > 1:
             log.info("batch of %d falls back to single events: %s", len(plans), exc)
-        return {}, {}, {}
-    return plans, dict(zip(plans, results, strict=True)), {}
+        return {}, {}, failed
+    return plans, dict(zip(plans, results, strict=True)), failed
 
 
 async def _settle(

@@ -287,3 +287,15 @@ async def test_an_acl_change_with_unchanged_content_applies(deps: IndexerDeps) -
     assert await handle_record(deps, record({**v2, "event_id": "e2-again"})) == "unchanged"
     changes = await rows(deps, "SELECT count(DISTINCT event_id) FROM graph_changes")
     assert changes[0][0] == 1  # only the first version touched the graph
+
+
+async def test_a_document_over_the_chunk_bound_is_dead_lettered_alone(deps: IndexerDeps) -> None:
+    """Finding 4: one huge document held the indexer for minutes; now the work per document is
+    bounded, and its neighbours in the batch are not held back."""
+    bounded = replace(deps, max_document_chunks=3)
+    huge = physicist(1, text=" ".join(f"Sentence {i} names Berlin and Paris." for i in range(300)))
+    outcomes = await handle_batch(bounded, [record(huge), record(physicist(2))])
+    assert outcomes == ["dead_lettered", "applied"]
+    [(reason, detail, doc_id, *_)] = await letters(deps)
+    assert (reason, doc_id) == ("oversize", "doc-1")
+    assert "the limit is 3" in detail
