@@ -38,7 +38,9 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app; models load once at start-up (or come in ``service``)."""
     svc = service or build_service(settings, endpoints.database_url)
-    publisher = DocumentPublisher(endpoints.kafka_bootstrap_servers, settings.documents_topic)
+    publisher = DocumentPublisher(
+        endpoints.kafka_bootstrap_servers, settings.documents_topic, settings
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
