@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from services.core.contracts import (
