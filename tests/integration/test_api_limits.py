@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -18,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from kafka import KafkaProducer
 
 from services.core.contracts import encode_event
@@ -31,9 +29,11 @@ from services.core.infra.topics import ensure_topics
 from services.core.producer import PublishReport, publish_numbered, topic_max_message_bytes
 from services.core.settings import Settings
 from services.query_api.app import create_app
+from services.query_api.service import build_query_service
 from tests.conftest import Infra
 from tests.integration.test_query_llm_ingest import consume
 from tests.support.cli import env_for, kgstream
+from tests.support.server import serve
 
 pytestmark = pytest.mark.integration
 PROBLEM = "application/problem+json"
@@ -259,21 +259,18 @@ async def test_query_time_budget_is_504(make_client: AppFactory) -> None:
 
 
 @pytest.fixture
-def served(sample_db: str, infra: Infra) -> Iterator[str]:
-    """The app under a real uvicorn server (lifespan off: no database use from its thread)."""
+def served(
+    sample_db: str,
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> Iterator[str]:
+    """The app under a real uvicorn server (lifespan off: these requests need no database)."""
     settings = Settings(database_url=sample_db, kafka_bootstrap_servers=infra.bootstrap)
-    app = create_app(settings, Endpoints(sample_db, infra.bootstrap))
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="error")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    service = build_query_service(settings, make_engine(sample_db), embedder, extractor, cpu_pool)
+    with serve(create_app(settings, Endpoints(sample_db, infra.bootstrap), service), "off") as url:
+        yield url
 
 
 def test_text_plain_is_415_and_keeps_the_connection(served: str) -> None:
