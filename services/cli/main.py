@@ -104,6 +104,7 @@ def publish(
 ) -> None:
     """Validate a JSONL file of document events and publish the valid ones keyed by doc_id.
     Invalid lines are reported by number and not sent; the exit code is 1 if any was."""
+    from kafka.errors import KafkaError
     from tqdm import tqdm
 
     from services.core.infra.manager import resolve_endpoints
@@ -112,13 +113,14 @@ def publish(
         Rejected,
         make_producer,
         numbered_lines,
+        publish_numbered,
         validate_line,
     )
 
     settings = _settings()
     endpoints = resolve_endpoints(settings)
     report = PublishReport()
-    valid: list[dict[str, object]] = []
+    valid: list[tuple[int, dict[str, object]]] = []
     total = sum(1 for _ in numbered_lines(file))
     for number, raw in tqdm(
         numbered_lines(file), total=total, desc="validate", unit="line", disable=json_out
@@ -127,18 +129,23 @@ def publish(
         if event is None:
             report.rejected.append(Rejected(number, reason or "invalid"))
         else:
-            valid.append(event)
-    producer = make_producer(endpoints.kafka_bootstrap_servers)
-    from services.core.producer import publish_events
-
+            valid.append((number, event))
+    try:
+        producer = make_producer(endpoints.kafka_bootstrap_servers, settings)
+    except KafkaError as exc:
+        raise _fail(
+            f"cannot reach the broker at {endpoints.kafka_bootstrap_servers}: {exc}"
+        ) from exc
     batch = 500
-    with tqdm(total=len(valid), desc="publish", unit="event", disable=json_out) as bar:
-        for start in range(0, len(valid), batch):
-            report.sent += publish_events(
-                producer, topic or settings.documents_topic, valid[start : start + batch]
-            )
-            bar.update(min(batch, len(valid) - start))
-    producer.close()
+    try:
+        with tqdm(total=len(valid), desc="publish", unit="event", disable=json_out) as bar:
+            for start in range(0, len(valid), batch):
+                chunk = valid[start : start + batch]
+                publish_numbered(producer, topic or settings.documents_topic, chunk, report)
+                bar.update(len(chunk))
+    finally:
+        producer.close()
+    report.rejected.sort(key=lambda r: r.line)
     if json_out:
         typer.echo(
             json.dumps({"sent": report.sent, "rejected": [r.__dict__ for r in report.rejected]})
@@ -160,9 +167,14 @@ def worker(name: Annotated[str, typer.Argument(help="indexer | communities | que
     settings = _settings()
     endpoints = resolve_endpoints(settings)
     if name == "indexer":
+        from services.core.producer import topic_max_message_bytes
         from services.indexer.app import run
 
-        ensure_topics(endpoints.kafka_bootstrap_servers, default_topics(settings))
+        ensure_topics(
+            endpoints.kafka_bootstrap_servers,
+            default_topics(settings),
+            max_message_bytes=topic_max_message_bytes(settings),
+        )
         run(settings, endpoints)
     elif name == "query-api":
         import uvicorn
@@ -407,7 +419,7 @@ def dlq_replay(
             if ids and {d.id for d in letters} != set(ids):
                 missing = sorted(set(ids) - {d.id for d in letters})
                 raise _fail(f"no unreplayed dead letter with id {missing}", 2)
-            producer = make_producer(endpoints.kafka_bootstrap_servers)
+            producer = make_producer(endpoints.kafka_bootstrap_servers, settings)
             try:
                 target = topic or settings.documents_topic
                 sent = await asyncio.to_thread(republish, producer, target, letters)

@@ -75,7 +75,12 @@ class Settings(BaseSettings):
         default=0.05, ge=0, description="How long a partial batch waits for more events."
     )
     max_document_bytes: int = Field(
-        default=2_000_000, ge=1, description="Larger documents are dead-lettered."
+        default=1_000_000,
+        ge=1,
+        description="Largest document event (bytes of its JSON): larger ones are rejected by "
+        "`kgstream publish` and HTTP ingest and dead-lettered by the indexer. The default fits "
+        "Kafka's 1 MiB message limit; raising it needs the broker's message.max.bytes and the "
+        "topics' max.message.bytes raised too (docs: README, Limits).",
     )
 
     # --- LLM (optional) -------------------------------------------------
@@ -242,6 +247,35 @@ class Settings(BaseSettings):
         default=500, ge=1, description="Events one POST /v1/documents may carry."
     )
     # --- request limits (issue 8) -------------------------------------------------------
+    api_max_body_bytes: int = Field(
+        default=4_194_304,
+        ge=1024,
+        description="Largest HTTP request body (Content-Length or bytes streamed): 413 beyond "
+        "it, refused before it is buffered. Keep it above KGSTREAM_MAX_DOCUMENT_BYTES.",
+    )
+    ingest_publish_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long HTTP ingest waits for the broker (connect and acknowledgements) "
+        "before answering 503 with Retry-After.",
+    )
+    query_max_question_chars: int = Field(
+        default=2000, ge=1, le=2000, description="Longest question of POST /v1/query: 422."
+    )
+    query_max_k: int = Field(
+        default=50, ge=1, le=50, description="Largest k (contexts) of POST /v1/query: 422."
+    )
+    query_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Time budget of one POST /v1/query or GET /v1/paths: 504 beyond it.",
+    )
+    query_max_concurrent: int = Field(
+        default=16,
+        ge=1,
+        description="Queries (POST /v1/query, GET /v1/paths) served at once by one API process; "
+        "more are answered 429 with Retry-After.",
+    )
 
     log_level: str = Field(default="INFO", description="Python log level.")
 

@@ -15,6 +15,7 @@ from services.core.infra.manager import Endpoints
 from services.core.llm.adjudicator import make_adjudicator
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
+from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch
 from services.indexer.metrics import OUTCOMES
@@ -32,6 +33,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         broker_session_timeout=settings.broker_session_timeout_s,
         broker_heartbeat_interval=settings.broker_heartbeat_interval_s,
         broker_commit_interval=settings.broker_commit_interval_s,
+        producer_max_request_size=max_request_size(settings),  # dead letters of maximal events
         web_enabled=False,
         web_bind="127.0.0.1",
         topic_allow_declare=False,  # topics are created explicitly (tansu defaults to 4 partitions)

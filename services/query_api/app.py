@@ -19,8 +19,11 @@ from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.query_api import auth, problems
 from services.query_api.ingest import DocumentPublisher
+from services.query_api.limits import BodyLimits, QueryGate
 from services.query_api.routes import router
 from services.query_api.service import QueryService, build_query_service
+
+QUERY_PATHS = ("/v1/query", "/v1/paths")  # the routes whose work grows with the request
 
 
 def build_service(settings: Settings, database_url: str) -> QueryService:
@@ -43,7 +46,9 @@ def create_app(
     ConfigurationError) to serve without keys on a non-loopback address unless forced."""
     auth.check_bind(settings)
     svc = service or build_service(settings, endpoints.database_url)
-    publisher = DocumentPublisher(endpoints.kafka_bootstrap_servers, settings.documents_topic)
+    publisher = DocumentPublisher(
+        endpoints.kafka_bootstrap_servers, settings.documents_topic, settings
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +77,14 @@ def create_app(
     problems.install(app)
     auth.install(app, settings, svc.engine)
     app.include_router(router)
+    # Added last = outermost: the body checks run before anything else reads the request.
+    app.add_middleware(
+        QueryGate,
+        paths=QUERY_PATHS,
+        max_concurrent=settings.query_max_concurrent,
+        timeout_s=settings.query_timeout_s,
+    )
+    app.add_middleware(BodyLimits, max_bytes=settings.api_max_body_bytes)
 
     @app.get("/metrics", tags=["operations"])
     async def metrics() -> PlainTextResponse:

@@ -16,6 +16,7 @@ from services.core.status import database_status
 from services.query_api.auth import ADMIN, INGEST, QUERY
 from services.query_api.entities import entity_detail, search_entities
 from services.query_api.ingest import DocumentPublisher, delete_event, validate_batch
+from services.query_api.limits import LimitedQuery
 from services.query_api.paths import find_routes
 from services.query_api.problems import Problem
 from services.query_api.schemas import (
@@ -25,8 +26,9 @@ from services.query_api.schemas import (
     EntityDetail,
     EntitySummary,
     IngestAccepted,
+    NoControl,
+    NoNul,
     PathsResponse,
-    QueryRequest,
     QueryResponse,
 )
 from services.query_api.service import QueryService
@@ -64,7 +66,7 @@ PublisherDep = Annotated[DocumentPublisher, Depends(get_publisher)]
 
 
 @router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
-async def query(req: QueryRequest, svc: ServiceDep) -> QueryResponse:
+async def query(req: LimitedQuery, svc: ServiceDep) -> QueryResponse:
     """Answer a question: auto | vector | local | global | path."""
     resp = await svc.query(req)
     LATENCY.labels(mode=resp.mode_used).observe(resp.timings.get("total_ms", 0.0) / 1000)
@@ -74,7 +76,9 @@ async def query(req: QueryRequest, svc: ServiceDep) -> QueryResponse:
 @router.get("/v1/entities", tags=["graph"], dependencies=[QUERY])
 async def entities(
     svc: ServiceDep,
-    name: Annotated[str, Query(min_length=1, max_length=200, description="Name to look up.")],
+    name: Annotated[
+        str, NoNul, Query(min_length=1, max_length=200, description="Name to look up.")
+    ],
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
 ) -> dict[str, Any]:
     """Entities whose name or alias matches, best first."""
@@ -102,8 +106,8 @@ async def entity(
 @router.get("/v1/paths", response_model=PathsResponse, tags=["graph"], dependencies=[QUERY])
 async def paths(
     svc: ServiceDep,
-    source: Annotated[str, Query(alias="from", min_length=1, max_length=200)],
-    target: Annotated[str, Query(alias="to", min_length=1, max_length=200)],
+    source: Annotated[str, NoNul, Query(alias="from", min_length=1, max_length=200)],
+    target: Annotated[str, NoNul, Query(alias="to", min_length=1, max_length=200)],
     k: Annotated[int, Query(ge=1, le=10)] = 3,
     max_hops: Annotated[int, Query(ge=1, le=MAX_HOPS)] = MAX_HOPS,
 ) -> PathsResponse:
@@ -181,14 +185,14 @@ async def post_documents(
 
 
 @router.delete(
-    "/v1/documents/{doc_id}",
+    "/v1/documents/{doc_id:path}",
     status_code=202,
     response_model=IngestAccepted,
     tags=["ingest"],
     dependencies=[INGEST],
 )
 async def delete_document(
-    publisher: PublisherDep, doc_id: Annotated[str, Path(min_length=1, max_length=512)]
+    publisher: PublisherDep, doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)]
 ) -> IngestAccepted:
     """Publish a delete event for the document."""
     event = delete_event(doc_id)

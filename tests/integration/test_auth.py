@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -94,7 +95,8 @@ def app_routes(app: FastAPI) -> set[tuple[str, str]]:
     while pending:
         route = pending.pop()
         if isinstance(route, APIRoute):
-            found.update((m, route.path) for m in (route.methods or set()) - {"HEAD"})
+            path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)  # as OpenAPI names it
+            found.update((m, path) for m in (route.methods or set()) - {"HEAD"})
         included = getattr(route, "original_router", None)
         if included is not None:
             pending.extend(included.routes)
