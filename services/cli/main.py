@@ -323,20 +323,35 @@ def status(json_out: JsonFlag = False) -> None:
     from services.core.status import database_status
 
     settings = _settings()
-    engine = make_engine(resolve_endpoints(settings).database_url)
+    endpoints = resolve_endpoints(settings)
+    engine = make_engine(endpoints.database_url)
 
     async def go() -> dict[str, Any]:
         try:
-            return await database_status(engine)
+            return await database_status(
+                engine,
+                bootstrap=endpoints.kafka_bootstrap_servers,
+                stall_after_s=settings.indexer_stall_after_s,
+            )
         finally:
             await engine.dispose()
 
     data = asyncio.run(go())
     if json_out:
         typer.echo(json.dumps(data, indent=2))
-    else:
-        for key, value in data.items():
-            typer.echo(f"{key:>18}: {value}")
+        return
+    indexer = data.pop("indexer")
+    for key, value in data.items():
+        typer.echo(f"{key:>18}: {value}")
+    for p in indexer["partitions"]:
+        state = "STALLED" if p["stalled"] else "ok"
+        retry = (
+            f", retrying {p['retrying_for_s']}s: {p['last_error']}" if p["retrying_for_s"] else ""
+        )
+        typer.echo(
+            f"{'indexer':>18}: {p['topic']}/{p['partition']} {state}: next offset "
+            f"{p['next_offset']}, lag {p['lag']}, idle {p['idle_s']}s{retry}"
+        )
 
 
 @app.command()

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
         "of extraction per core, this bounds how long one document can hold the indexer "
         "(about a minute on 2 cores) while still admitting ~180k tokens of text.",
     )
+    indexer_stall_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Status calls a partition stalled when a transient failure has been retried "
+        "this long, or records wait and its offset has not moved this long.",
+    )
     embed_batch_size: int = Field(default=16, ge=1, description="Passages per embedding call.")
     indexer_batch_size: int = Field(
         default=16, ge=1, description="Events whose CPU work (embedding, extraction) is shared."

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from services.core.contracts import DocumentEvent, parse_document_event
 from services.core.errors import PermanentError
 from services.core.failures import as_permanent, is_transient
+from services.indexer import progress
 from services.indexer.apply import apply_delete, commit_upsert
 from services.indexer.compute import Computed, UpsertPlan, compute, plan_upsert
 from services.indexer.dead_letters import dead_letter
@@ -54,6 +55,7 @@ async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[
             await dead_letter(deps, records[i], failed[i], event=event)
             continue
         outcomes[i] = await _settle(deps, records[i], event, plans.get(i), computed.get(i))
+    await progress.batch_done(deps, records)
     return outcomes
 
 
@@ -135,6 +137,7 @@ async def _settle(
                 type(exc).__name__,
                 exc,
             )
+            await progress.retrying(deps, record, exc)
             plan = computed = None  # recompute against the current state
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)

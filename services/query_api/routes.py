@@ -12,6 +12,7 @@ from prometheus_client import Histogram
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.indexer_health import is_stalled, read_progress
 from services.core.status import database_status
 from services.query_api.auth import ADMIN, INGEST, QUERY
 from services.query_api.entities import entity_detail, search_entities
@@ -201,9 +202,13 @@ async def delete_document(
 
 
 @router.get("/v1/status", tags=["operations"], dependencies=[ADMIN])
-async def status(svc: ServiceDep) -> dict[str, Any]:
-    """Row counts and the published snapshot."""
-    return await database_status(svc.engine)
+async def status(request: Request, svc: ServiceDep) -> dict[str, Any]:
+    """Row counts, the published snapshot, and the indexer's progress, lag and stalls."""
+    return await database_status(
+        svc.engine,
+        bootstrap=get_publisher(request).bootstrap,
+        stall_after_s=request.app.state.settings.indexer_stall_after_s,
+    )
 
 
 @router.get("/healthz", tags=["operations"])
@@ -213,15 +218,21 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", tags=["operations"])
-async def readyz(svc: ServiceDep) -> JSONResponse:
-    """The database answers: queries can be served."""
+async def readyz(request: Request, svc: ServiceDep) -> JSONResponse:
+    """The database answers: queries can be served (200). The indexer's state rides along
+    (``indexer``: ok | stalled | unknown) without changing the status code: a stalled indexer
+    leaves answers stale, not impossible; /v1/status has the detail and the lag."""
     try:
         async with svc.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
+            progress = await read_progress(conn)
     except Exception as exc:  # noqa: BLE001 - readiness reports any failure
         return JSONResponse(
             {"status": "unavailable", "detail": str(exc)[:300]},
             status_code=503,
         )
+    stall_after = request.app.state.settings.indexer_stall_after_s
+    stalled = any(is_stalled(p, None, stall_after) for p in progress)
+    indexer = "unknown" if not progress else "stalled" if stalled else "ok"
     database = svc.engine.url.render_as_string(hide_password=True)
-    return JSONResponse({"status": "ready", "database": database})
+    return JSONResponse({"status": "ready", "database": database, "indexer": indexer})
