@@ -336,8 +336,8 @@ def test_query_api_killed_under_load(sample_settings: Settings, tmp_path: Path) 
         calls, threads = query_load(port, 3, stop)
         assert wait_until(lambda: sum(c.outcome == "200" for c in calls) >= 6, 60), calls[-5:]
 
+        killed = time.monotonic()  # before the kill: clients may see it before we return
         apis[0].kill()
-        killed = time.monotonic()
         apis.append(start_api(own, tmp_path / "api-2.log", port))
         assert wait_until(lambda: readyz(port) == 200, 90), apis[1].output()[-3000:]
         ready = time.monotonic()
