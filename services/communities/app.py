@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import signal
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from datetime import UTC, datetime
 
 import openai
@@ -18,6 +17,7 @@ from kafka import KafkaProducer
 from services.communities.leiden import LeidenConfig
 from services.communities.llm_reports import LLMReportWriter
 from services.communities.policy import Policy
+from services.communities.pool import make_pool
 from services.communities.recompute import RecomputeDeps
 from services.communities.reports import ExtractiveWriter, ReportWriter
 from services.communities.snapshots import Announcer, kafka_announcer
@@ -112,7 +112,7 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
         client_id="kgstream-communities",
     )
     # Leiden holds the GIL: a separate process keeps the event loop (and the scheduler) live.
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    pool = make_pool()
     deps = build_deps(
         settings,
         endpoints.database_url,

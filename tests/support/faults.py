@@ -1,0 +1,148 @@
+"""Plumbing for fault tests: servers of a test's own (stopping one never disturbs the session's
+shared PostgreSQL and broker), other kgstream processes (communities worker, query API) and
+the waiting and checking around them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import psycopg
+
+from services.communities.lock import libpq_url
+from services.core.db import migrations
+from services.core.embedding import Embedder
+from services.core.extraction import Extractor
+from services.core.infra.broker import EmbeddedBroker
+from services.core.infra.postgres import DB_NAME, EmbeddedPostgres
+from services.core.infra.topics import ensure_topics
+from services.core.settings import Settings
+from tests.support.cli import env_for
+from tests.support.graph import clean_build, create_database, scalar
+from tests.support.workers import ROOT, Worker, sample_lines
+
+
+def wait_until(check: Callable[[], bool], timeout: float, poll: float = 0.2) -> bool:
+    """Poll ``check`` until it is true (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
+
+
+@contextmanager
+def own_postgres(home: Path) -> Iterator[EmbeddedPostgres]:
+    """An embedded PostgreSQL of the test's own, its ``kgstream`` database migrated; purged
+    at the end."""
+    pg = EmbeddedPostgres(home)
+    try:
+        migrations.upgrade(pg.start(), 384)
+        yield pg
+    finally:
+        pg.purge()
+
+
+@contextmanager
+def own_broker(home: Path, settings: Settings) -> Iterator[EmbeddedBroker]:
+    """A tansu broker of the test's own with the topics of ``settings``; stopped at the end."""
+    broker = EmbeddedBroker(home)
+    try:
+        create_topics(broker.start(), settings)
+        yield broker
+    finally:
+        broker.stop()
+
+
+def create_topics(bootstrap: str, settings: Settings) -> None:
+    """The topics a fresh broker needs, as the session fixture creates them."""
+    ensure_topics(
+        bootstrap, {settings.documents_topic: 2, settings.dlq_topic: 1, settings.snapshots_topic: 1}
+    )
+
+
+def unprocessed(url: str, lines: Sequence[str]) -> list[str]:
+    """The lines whose event_id is not in processed_events (what a lost broker took along)."""
+    done = set(scalar(url, "SELECT coalesce(array_agg(event_id), '{}') FROM processed_events"))
+    return [line for line in lines if str(json.loads(line)["event_id"]) not in done]
+
+
+def start_process(
+    settings: Settings, log: Path, *args: str, env: dict[str, str] | None = None
+) -> Worker:
+    """`kgstream ARGS...` in the background, in a session of its own (so ``kill_group`` can
+    reap whatever it spawned), output in ``log``."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", *args],
+            env={**env_for(settings), "KGSTREAM_LOG_LEVEL": "INFO", **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    return Worker(proc, log, settings.consumer_group)
+
+
+def group_members(worker: Worker) -> list[int]:
+    """Pids still alive in the process group the worker leads (itself included)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == worker.pid and fields[0] != "Z":  # pgrp, not a zombie
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def kill_group(worker: Worker) -> None:
+    """SIGKILL every process left in the worker's group (test clean-up)."""
+    worker.kill()
+    for pid in group_members(worker):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def moved(settings: Settings, **changes: object) -> Settings:
+    """``settings`` pointed elsewhere (``database_url=``, ``kafka_bootstrap_servers=``)."""
+    return settings.model_copy(update=changes)
+
+
+_SAMPLE_TEMPLATES: dict[str, str] = {}  # server -> a database holding the indexed sample
+
+
+def indexed_sample(
+    settings: Settings, *, embedder: Embedder, extractor: Extractor, executor: Executor
+) -> str:
+    """A fresh database holding the 48 sample documents, indexed in process (built once per
+    session on the server of ``settings.database_url``, then cloned: ~0.2 s)."""
+    url = str(settings.database_url)
+    server = url.rsplit("/", 1)[0]
+    if server not in _SAMPLE_TEMPLATES:
+        template = create_database(url)
+        clean_build(
+            template,
+            sample_lines(),
+            embedder=embedder,
+            extractor=extractor,
+            executor=executor,
+            settings=settings,
+        )
+        _SAMPLE_TEMPLATES[server] = template.rsplit("/", 1)[1]
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = libpq_url(server) + "/" + DB_NAME
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_SAMPLE_TEMPLATES[server]}"')
+    return f"{server}/{name}"
