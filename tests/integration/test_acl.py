@@ -370,7 +370,7 @@ async def test_admin_sees_everything_as_before(env: Env) -> None:
     listed = (await env.get(admin, "/v1/communities")).json()
     assert (await env.get(everyone, "/v1/communities")).json() == listed
 
-    locked = {d: ("t9", []) for d in docs}  # visible to admins only
+    locked: dict[str, Access] = {d: ("t9", []) for d in docs}  # visible to admins only
     await env.assign(locked)
     assert before == [_comparable(await env.ask(admin, question=q, mode=m)) for q, m in cases]
     assert (await env.get(admin, f"/v1/entities/{leland['id']}")).json() == detail
