@@ -13,12 +13,12 @@ import json
 import os
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -31,7 +31,8 @@ from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.query_api.app import create_app
 from services.query_api.auth import get_caller
-from services.query_api.service import build_query_service
+from services.query_api.schemas import QueryRequest
+from services.query_api.service import QueryService, build_query_service
 from tests.conftest import Infra
 from tests.support.query_fixtures import SAMPLE, clone_database
 
@@ -153,9 +154,13 @@ class CallerBox:
 @dataclass
 class Env:
     client: httpx.AsyncClient
-    engine: AsyncEngine
+    service: QueryService
     corpus: Corpus
     box: CallerBox
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self.service.engine
 
     async def assign(self, access: dict[str, Access]) -> None:
         async with self.engine.begin() as conn:
@@ -232,7 +237,7 @@ async def env(
     app.dependency_overrides[get_caller] = lambda: box.caller
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-        yield Env(client, service.engine, await _corpus(service.engine), box)
+        yield Env(client, service, await _corpus(service.engine), box)
     await service.engine.dispose()
 
 
@@ -270,6 +275,9 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
     await env.assign(access)
     oracle = Oracle(corpus, caller, access)
     names = st.sampled_from(corpus.names)
+    share = len(oracle.docs) / len(corpus.docs)
+    event("visible documents: " + ("none" if not share else "all" if share == 1 else "some"))
+    event(f"readable communities: {len(oracle.communities)}")
 
     for mode in data.draw(st.lists(st.sampled_from(MODES), min_size=1, max_size=2), "modes"):
         if mode == "path":
@@ -306,6 +314,12 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
 
     listed = (await env.get(caller, "/v1/communities")).json()["communities"]
     assert {c["id"] for c in listed} <= oracle.communities
+
+    # The other local ranker (the seeds' path formula) walks a second relationship ring.
+    paths_ranker = replace(env.service, config=replace(env.service.config, local_ranker="paths"))
+    question = data.draw(st.sampled_from(QUESTIONS), "paths-ranker question")
+    resp_local = await paths_ranker.query(QueryRequest(question=question, mode="local"), caller)
+    oracle.check_query(resp_local.model_dump())
 
 
 def _empty_query() -> dict[str, Any]:
@@ -377,3 +391,23 @@ async def test_admin_sees_everything_as_before(env: Env) -> None:
     assert (await env.get(admin, "/v1/communities")).json() == listed
     assert (await env.get(everyone, f"/v1/entities/{leland['id']}")).status_code == 404
     assert not (await env.ask(everyone, question=QUESTIONS[-1], mode="local"))["contexts"]
+
+
+async def test_hostile_tenant_and_group_names_are_bound_values(env: Env) -> None:
+    docs = env.corpus.docs
+    odd_tenant, odd_group = "o'brien\\%_\"; --", "g'1%_\\"
+    leland = "hotpotqa-aebaeed5d73f"
+    access: dict[str, Access] = dict.fromkeys(docs, ("t1", None))
+    access[leland] = (odd_tenant, [odd_group])
+    await env.assign(access)
+    question = "Who directed the film that was shot in or around Leland, North Carolina in 1986"
+    insider = Caller(tenant=odd_tenant, groups=frozenset({odd_group}))
+    seen = await env.ask(insider, question=question, mode="local", k=10)
+    assert {c["doc_id"] for c in seen["contexts"]} == {leland}
+    for outsider in (
+        Caller(tenant=odd_tenant, groups=frozenset({"g%"})),
+        Caller(tenant="o'brien%", groups=frozenset({odd_group})),
+        Caller(tenant="t1", groups=frozenset({odd_group, "' OR true --"})),
+    ):
+        data = await env.ask(outsider, question=question, mode="local", k=10)
+        assert leland not in {c["doc_id"] for c in data["contexts"]}
