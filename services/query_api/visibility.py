@@ -70,7 +70,9 @@ def visible_evidence(rel: str) -> str:
 
 def community_visible(community: str) -> str:
     """SQL: every document behind the community (mentions of its members, evidence of its
-    internal edges) is visible, and there is at least one."""
+    internal edges) is visible, and there is at least one; and no member has changed since the
+    snapshot (``:s``) through a document the caller cannot see now (a deleted or rewritten
+    document may have written the summary). Statements using it bind ``:s``."""
     member = f"cm.snapshot_id = {community}.snapshot_id AND cm.community_id = {community}.id"
     hidden = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND " + DOC_VISIBLE + ")"
     return (
@@ -84,6 +86,12 @@ def community_visible(community: str) -> str:
         "  AND ct.community_id = cm.community_id AND ct.entity_id = r.target_id"
         " JOIN relationship_evidence ev ON ev.relationship_id = r.id"
         f" WHERE {member} AND {hidden.format(doc='ev.doc_id')})"
+        # Uncorrelated: PostgreSQL hashes the changed-through-hidden entities once per query.
+        f" AND NOT EXISTS (SELECT 1 FROM community_members cm WHERE {member}"
+        "  AND cm.entity_id IN (SELECT g.ref_id FROM graph_changes g WHERE g.kind = 'node'"
+        "  AND g.id > (SELECT sn.watermark FROM snapshots sn WHERE sn.id = :s)"
+        "  AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = g.doc_id"
+        "   AND NOT d.deleted AND " + DOC_VISIBLE + ")))"
     )
 
 

@@ -1,5 +1,7 @@
-"""An ACL or tenant change delivered as an upsert with unchanged content takes effect at once:
-visibility is read live from ``documents``, so nothing is re-indexed or rebuilt."""
+"""Access changes take effect at once, through the real indexer: an ACL or tenant change
+delivered as an upsert with unchanged content (visibility is read live from ``documents``, so
+nothing is re-indexed or rebuilt), and a deleted restricted document whose text may still be in
+a published community summary."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
 from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
+from services.query_api.global_mode import list_communities
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
 from services.query_api.snapshot import read_snapshot
@@ -25,17 +28,18 @@ from tests.support.query_fixtures import SAMPLE
 
 pytestmark = pytest.mark.integration
 LELAND = "hotpotqa-aebaeed5d73f"
+OVERDRIVE = "hotpotqa-d50de2bed6aa"
 QUESTION = "Who directed the film that was shot in or around Leland, North Carolina in 1986"
 
 
-def _event(n: int, **access: Any) -> RawRecord:
+def _event(n: int, doc_id: str = LELAND, **access: Any) -> RawRecord:
     lines = (SAMPLE / "events.jsonl").read_text(encoding="utf-8").splitlines()
-    event = next(e for e in map(json.loads, lines) if e["doc_id"] == LELAND)
+    event = next(e for e in map(json.loads, lines) if e["doc_id"] == doc_id)
     event.pop("version", None)  # the content hash decides: the text is the same every time
     event |= {"event_id": f"acl-change-{n}", "occurred_at": datetime(2025, 1, n, tzinfo=UTC)}
     event["occurred_at"] = event["occurred_at"].isoformat()
     event |= {k: v for k, v in access.items() if v is not None}  # absent: no ACL, no tenant
-    return RawRecord("acl", 0, n, LELAND.encode(), json.dumps(event).encode())
+    return RawRecord("acl", 0, n, doc_id.encode(), json.dumps(event).encode())
 
 
 async def _sees(service: QueryService, caller: Caller) -> bool:
@@ -83,3 +87,68 @@ async def test_acl_change_on_upsert_takes_effect_without_rebuild(
     assert not await _sees(service, sales)
     assert await _sees(service, Caller.operator())
     assert await _chunk_ids(service) == chunks, "same content: nothing was re-indexed"
+
+
+async def _publish(service: QueryService, communities: dict[int, str]) -> int:
+    """A published snapshot at the current watermark: community id -> members' doc (or '*')."""
+    async with service.engine.begin() as conn:
+        snapshot_id = int(
+            await conn.scalar(
+                text(
+                    "INSERT INTO snapshots (status, watermark, published_at) VALUES ('published',"
+                    " (SELECT coalesce(max(id), 0) FROM graph_changes), now()) RETURNING id"
+                )
+            )
+            or 0
+        )
+        for cid, doc in communities.items():
+            await conn.execute(
+                text(
+                    "INSERT INTO communities (snapshot_id, id, level, size, fingerprint, title,"
+                    " summary) VALUES (:s, :c, 0, 0, 'fp', 'films', 'written from both documents')"
+                ),
+                {"s": snapshot_id, "c": cid},
+            )
+            # '*': every entity; else the entities mentioned in that document and no other.
+            await conn.execute(
+                text(
+                    "INSERT INTO community_members (snapshot_id, community_id, entity_id)"
+                    " SELECT :s, :c, entity_id FROM mentions GROUP BY entity_id"
+                    " HAVING :d = '*' OR bool_and(doc_id = :d)"
+                ),
+                {"s": snapshot_id, "c": cid, "d": doc},
+            )
+    return snapshot_id
+
+
+async def _readable(service: QueryService, caller: Caller) -> set[int]:
+    async with read_snapshot(service.engine) as (conn, snapshot_id):
+        assert snapshot_id is not None
+        return {c.id for c in await list_communities(conn, snapshot_id, None, 10, caller=caller)}
+
+
+async def test_deleted_restricted_document_keeps_its_communities_hidden(
+    settings: Settings,
+    deps: IndexerDeps,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    service = build_query_service(settings, deps.engine, embedder, extractor, cpu_pool)
+    events = [_event(1), _event(2, OVERDRIVE, acl=["hr"])]
+    assert await handle_batch(deps, events) == ["applied", "applied"]
+    await _publish(service, {1: "*", 2: LELAND})
+    anyone, hr = Caller(), Caller(groups=frozenset({"hr"}))
+    assert await _readable(service, Caller.operator()) == {1, 2}
+    assert await _readable(service, anyone) == {2}, "community 1 includes a document for hr"
+    assert await _readable(service, hr) == {1, 2}
+
+    delete = {"event_id": "del-1", "type": "delete", "doc_id": OVERDRIVE}
+    delete["occurred_at"] = datetime(2025, 2, 1, tzinfo=UTC).isoformat()
+    record = RawRecord("acl", 0, 3, OVERDRIVE.encode(), json.dumps(delete).encode())
+    assert await handle_batch(deps, [record]) == ["deleted"]
+    # Community 1's summary may quote the deleted document: it stays hidden from callers who
+    # could not see that document until a new snapshot is built without it.
+    assert await _readable(service, anyone) == {2}
+    assert await _readable(service, hr) == {2}
+    assert await _readable(service, Caller.operator()) == {1, 2}
