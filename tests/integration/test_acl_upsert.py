@@ -60,18 +60,25 @@ async def _chunk_ids(service: QueryService) -> list[int]:
         return list(ids)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the indexer to apply ACL/tenant changes of an unchanged document (main)",
-)
-async def test_acl_change_on_upsert_takes_effect_without_rebuild(
+@pytest.fixture
+def service(
     settings: Settings,
     deps: IndexerDeps,
     embedder: OnnxMiniLmEmbedder,
     extractor: SpacyExtractor,
     cpu_pool: ThreadPoolExecutor,
+) -> QueryService:
+    """A query service on the indexer's fresh database."""
+    return build_query_service(settings, deps.engine, embedder, extractor, cpu_pool)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the indexer to apply ACL/tenant changes of an unchanged document (main)",
+)
+async def test_acl_change_on_upsert_takes_effect_without_rebuild(
+    deps: IndexerDeps, service: QueryService
 ) -> None:
-    service = build_query_service(settings, deps.engine, embedder, extractor, cpu_pool)
     hr, sales = Caller(groups=frozenset({"hr"})), Caller(groups=frozenset({"sales"}))
     assert await handle_batch(deps, [_event(1, acl=["hr"])]) == ["applied"]
     chunks = await _chunk_ids(service)
@@ -128,13 +135,8 @@ async def _readable(service: QueryService, caller: Caller) -> set[int]:
 
 
 async def test_deleted_restricted_document_keeps_its_communities_hidden(
-    settings: Settings,
-    deps: IndexerDeps,
-    embedder: OnnxMiniLmEmbedder,
-    extractor: SpacyExtractor,
-    cpu_pool: ThreadPoolExecutor,
+    deps: IndexerDeps, service: QueryService
 ) -> None:
-    service = build_query_service(settings, deps.engine, embedder, extractor, cpu_pool)
     events = [_event(1), _event(2, OVERDRIVE, acl=["hr"])]
     assert await handle_batch(deps, events) == ["applied", "applied"]
     await _publish(service, {1: "*", 2: LELAND})
