@@ -30,6 +30,7 @@ from services.core.infra.broker import EmbeddedBroker  # noqa: E402
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.infra.topics import ensure_topics  # noqa: E402
 from services.core.producer import make_producer, publish_events  # noqa: E402
+from services.core.settings import Settings  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events.jsonl"
 
@@ -73,7 +74,7 @@ def pipeline(events: list[dict[str, object]]) -> dict[str, float]:
         worker = subprocess.Popen(
             [sys.executable, "-m", "services.cli.main", "worker", "indexer"], env=env
         )
-        producer = make_producer(bootstrap)
+        producer = make_producer(bootstrap, Settings())
         warm = {**events[0], "event_id": "warm-up", "doc_id": "warm-up"}
         publish_events(producer, topic, [warm])
         wait_for(url, 1, 120)  # the worker has joined its group and loaded its models

@@ -248,7 +248,7 @@ def upgrade() -> None:
     for statement in SCHEMA.format(dim=dim).split(";\n"):
         if statement.strip():
             op.execute(statement)
-    op.execute(f"INSERT INTO kg_meta (key, value) VALUES ('embedding_dim', '{dim}')")
+    op.execute(f"INSERT INTO kg_meta (key, value) VALUES ('embedding_dim', '{dim}')")  # noqa: S608 - dim is an int from settings
 
 
 def downgrade() -> None:

@@ -33,7 +33,7 @@ def run_demo(
             return 1
         docs.append(event)
     with running_stack(settings, free_port(), child_log_level="WARNING") as stack:
-        producer = make_producer(stack.endpoints.kafka_bootstrap_servers)
+        producer = make_producer(stack.endpoints.kafka_bootstrap_servers, settings)
         publish_events(producer, settings.documents_topic, docs)
         producer.close()
         print(f"published {len(docs)} document events to {settings.documents_topic}")

@@ -8,12 +8,18 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from services.core.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+T = TypeVar("T")
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 infra_app = typer.Typer(no_args_is_help=True, help="Embedded PostgreSQL and Kafka broker.")
@@ -22,6 +28,8 @@ app.add_typer(infra_app, name="infra")
 app.add_typer(db_app, name="db")
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list and replay.")
 app.add_typer(dlq_app, name="dlq")
+keys_app = typer.Typer(no_args_is_help=True, help="API keys of the query API.")
+app.add_typer(keys_app, name="keys")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -96,6 +104,7 @@ def publish(
 ) -> None:
     """Validate a JSONL file of document events and publish the valid ones keyed by doc_id.
     Invalid lines are reported by number and not sent; the exit code is 1 if any was."""
+    from kafka.errors import KafkaError
     from tqdm import tqdm
 
     from services.core.infra.manager import resolve_endpoints
@@ -104,13 +113,14 @@ def publish(
         Rejected,
         make_producer,
         numbered_lines,
+        publish_numbered,
         validate_line,
     )
 
     settings = _settings()
     endpoints = resolve_endpoints(settings)
     report = PublishReport()
-    valid: list[dict[str, object]] = []
+    valid: list[tuple[int, dict[str, object]]] = []
     total = sum(1 for _ in numbered_lines(file))
     for number, raw in tqdm(
         numbered_lines(file), total=total, desc="validate", unit="line", disable=json_out
@@ -119,18 +129,23 @@ def publish(
         if event is None:
             report.rejected.append(Rejected(number, reason or "invalid"))
         else:
-            valid.append(event)
-    producer = make_producer(endpoints.kafka_bootstrap_servers)
-    from services.core.producer import publish_events
-
+            valid.append((number, event))
+    try:
+        producer = make_producer(endpoints.kafka_bootstrap_servers, settings)
+    except KafkaError as exc:
+        raise _fail(
+            f"cannot reach the broker at {endpoints.kafka_bootstrap_servers}: {exc}"
+        ) from exc
     batch = 500
-    with tqdm(total=len(valid), desc="publish", unit="event", disable=json_out) as bar:
-        for start in range(0, len(valid), batch):
-            report.sent += publish_events(
-                producer, topic or settings.documents_topic, valid[start : start + batch]
-            )
-            bar.update(min(batch, len(valid) - start))
-    producer.close()
+    try:
+        with tqdm(total=len(valid), desc="publish", unit="event", disable=json_out) as bar:
+            for start in range(0, len(valid), batch):
+                chunk = valid[start : start + batch]
+                publish_numbered(producer, topic or settings.documents_topic, chunk, report)
+                bar.update(len(chunk))
+    finally:
+        producer.close()
+    report.rejected.sort(key=lambda r: r.line)
     if json_out:
         typer.echo(
             json.dumps({"sent": report.sent, "rejected": [r.__dict__ for r in report.rejected]})
@@ -152,9 +167,14 @@ def worker(name: Annotated[str, typer.Argument(help="indexer | communities | que
     settings = _settings()
     endpoints = resolve_endpoints(settings)
     if name == "indexer":
+        from services.core.producer import topic_max_message_bytes
         from services.indexer.app import run
 
-        ensure_topics(endpoints.kafka_bootstrap_servers, default_topics(settings))
+        ensure_topics(
+            endpoints.kafka_bootstrap_servers,
+            default_topics(settings),
+            max_message_bytes=topic_max_message_bytes(settings),
+        )
         run(settings, endpoints)
     elif name == "query-api":
         import uvicorn
@@ -303,20 +323,35 @@ def status(json_out: JsonFlag = False) -> None:
     from services.core.status import database_status
 
     settings = _settings()
-    engine = make_engine(resolve_endpoints(settings).database_url)
+    endpoints = resolve_endpoints(settings)
+    engine = make_engine(endpoints.database_url)
 
     async def go() -> dict[str, Any]:
         try:
-            return await database_status(engine)
+            return await database_status(
+                engine,
+                bootstrap=endpoints.kafka_bootstrap_servers,
+                stall_after_s=settings.indexer_stall_after_s,
+            )
         finally:
             await engine.dispose()
 
     data = asyncio.run(go())
     if json_out:
         typer.echo(json.dumps(data, indent=2))
-    else:
-        for key, value in data.items():
-            typer.echo(f"{key:>18}: {value}")
+        return
+    indexer = data.pop("indexer")
+    for key, value in data.items():
+        typer.echo(f"{key:>18}: {value}")
+    for p in indexer["partitions"]:
+        state = "STALLED" if p["stalled"] else "ok"
+        retry = (
+            f", retrying {p['retrying_for_s']}s: {p['last_error']}" if p["retrying_for_s"] else ""
+        )
+        typer.echo(
+            f"{'indexer':>18}: {p['topic']}/{p['partition']} {state}: next offset "
+            f"{p['next_offset']}, lag {p['lag']}, idle {p['idle_s']}s{retry}"
+        )
 
 
 @app.command()
@@ -399,7 +434,7 @@ def dlq_replay(
             if ids and {d.id for d in letters} != set(ids):
                 missing = sorted(set(ids) - {d.id for d in letters})
                 raise _fail(f"no unreplayed dead letter with id {missing}", 2)
-            producer = make_producer(endpoints.kafka_bootstrap_servers)
+            producer = make_producer(endpoints.kafka_bootstrap_servers, settings)
             try:
                 target = topic or settings.documents_topic
                 sent = await asyncio.to_thread(republish, producer, target, letters)
@@ -414,6 +449,80 @@ def dlq_replay(
     typer.echo(f"replayed {sent} dead letter(s)")
 
 
+def _with_engine(work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """Run ``work`` on an engine for the configured database, disposed afterwards."""
+    from services.core.db.engine import make_engine
+    from services.core.infra.manager import resolve_endpoints
+
+    engine = make_engine(resolve_endpoints(_settings()).database_url)
+
+    async def go() -> T:
+        try:
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+@keys_app.command("create")
+def keys_create(
+    scopes: Annotated[str, typer.Option(help="Comma-separated: query, ingest, admin.")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant the key's caller belongs to.")] = None,
+    groups: Annotated[str, typer.Option(help="Comma-separated ACL groups of the caller.")] = "",
+    name: Annotated[str, typer.Option(help="A label for operators.")] = "",
+) -> None:
+    """Create a key. Its plaintext is printed once, alone on the last line of stdout."""
+    from services.core.api_keys import ApiKeyError, create_key, parse_scopes
+
+    try:
+        chosen = parse_scopes(scopes)
+    except ApiKeyError as exc:
+        raise _fail(str(exc), 2) from exc
+    key, plaintext = _with_engine(
+        lambda engine: create_key(
+            engine, chosen, tenant=tenant, groups=groups.split(","), name=name
+        )
+    )
+    typer.echo(
+        f"created API key {key.id} (lookup id {key.lookup_id}) scopes={','.join(key.scopes)}"
+        f" tenant={key.tenant or '-'} groups={','.join(key.groups) or '-'}"
+    )
+    typer.echo("store it now: it is not shown again")
+    typer.echo(plaintext)
+
+
+@keys_app.command("list")
+def keys_list(json_out: JsonFlag = False) -> None:
+    """Every key with its scopes, tenant, groups and state (never the secret)."""
+    from services.core.api_keys import list_keys
+
+    keys = _with_engine(list_keys)
+    if json_out:
+        typer.echo(json.dumps([k.to_dict() for k in keys], indent=2))
+        return
+    for k in keys:
+        state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+        used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
+        typer.echo(
+            f"#{k.id} {k.lookup_id} {k.name or '-'} scopes={','.join(k.scopes)}"
+            f" tenant={k.tenant or '-'} groups={','.join(k.groups) or '-'} {state} used={used}"
+        )
+    typer.echo(f"{len(keys)} key(s)")
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[int, typer.Argument(help="The key's id (`keys list`).")]) -> None:
+    """Revoke a key; API processes stop accepting it within KGSTREAM_AUTH_CACHE_TTL_S."""
+    from services.core.api_keys import ApiKeyError, revoke_key
+
+    try:
+        key = _with_engine(lambda engine: revoke_key(engine, key_id))
+    except ApiKeyError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(f"revoked API key {key.id} ({key.lookup_id}) at {key.revoked_at:%Y-%m-%d %H:%M:%S}")
+
+
 def _print_state(state: dict[str, Any], json_out: bool) -> None:
     if json_out:
         typer.echo(json.dumps(state, indent=2))
@@ -425,11 +534,10 @@ def _print_state(state: dict[str, Any], json_out: bool) -> None:
 def main() -> None:
     """Console-script entry point."""
     from services.core.errors import KgstreamError
-    from services.core.infra.errors import InfraError
 
     try:
         app()
-    except (KgstreamError, InfraError) as exc:
+    except KgstreamError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(1)
 

@@ -45,14 +45,28 @@ def api_ready(settings: Settings) -> bool:
     return served is None or served == make_url(ours).render_as_string(hide_password=True)
 
 
+def api_headers(settings: Settings) -> dict[str, str]:
+    """``Authorization: Bearer KGSTREAM_API_KEY`` when that key is set."""
+    if settings.api_key is None:
+        return {}
+    return {"Authorization": f"Bearer {settings.api_key.get_secret_value()}"}
+
+
 def query_via_api(settings: Settings, req: QueryRequest) -> QueryResponse:
-    """POST /v1/query."""
-    resp = httpx.post(f"{api_url(settings)}/v1/query", json=req.model_dump(), timeout=300)
+    """POST /v1/query, with the configured API key."""
+    resp = httpx.post(
+        f"{api_url(settings)}/v1/query",
+        json=req.model_dump(),
+        headers=api_headers(settings),
+        timeout=300,
+    )
     if resp.status_code != 200:
         try:
             detail = resp.json().get("detail", resp.text)
         except ValueError:
             detail = resp.text
+        if resp.status_code in (401, 403):
+            detail += " (set KGSTREAM_API_KEY to a key with the query scope)"
         raise ApiError(f"query API answered {resp.status_code}: {detail}")
     return QueryResponse.model_validate(resp.json())
 

@@ -2,12 +2,13 @@
 
 How it fits together (one module per role):
 
-- When: ``ratio.py`` reads the change state in one statement (distinct ``(kind, ref_id)`` in
-  ``graph_changes`` past the published snapshot's watermark ÷ that snapshot's nodes + edges;
-  1.0 before the first snapshot if the graph is non-empty); ``policy.py`` decides (first build,
-  request, threshold, max staleness; a minimum interval between runs, measured from the newest
-  snapshot row so it holds across replicas). ``worker.py`` is the scheduled tick; ``app.py``
-  the composition root (apscheduler every ``communities_check_interval_s``).
+- When: ``services/core/change_state.py`` reads the change state in one statement (distinct
+  ``(kind, ref_id)`` in ``graph_changes`` past the published snapshot's watermark ÷ that
+  snapshot's nodes + edges; 1.0 before the first snapshot if the graph is non-empty);
+  ``policy.py`` decides (first build, request, threshold, max staleness; a minimum interval
+  between runs, measured from the newest snapshot row so it holds across replicas).
+  ``worker.py`` is the scheduled tick; ``app.py`` the composition root (apscheduler every
+  ``communities_check_interval_s``).
 - One at a time: ``lock.py`` holds ``pg_try_advisory_lock`` on a dedicated connection for the
   whole recompute; a second worker skips the tick (logged) and re-checks under the lock.
 - Requests: ``kgstream recompute`` writes ``kg_meta['recompute_requested_at']`` (DB clock);

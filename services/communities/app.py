@@ -11,6 +11,7 @@ import signal
 from concurrent.futures import Executor, ProcessPoolExecutor
 from datetime import UTC, datetime
 
+import openai
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from kafka import KafkaProducer
 
@@ -24,7 +25,7 @@ from services.communities.worker import tick
 from services.core.db.engine import check_schema, make_engine
 from services.core.errors import ConfigurationError
 from services.core.infra.manager import Endpoints
-from services.core.llm.client import make_openai_client
+from services.core.llm.client import process_client
 from services.core.models import build_embedder
 from services.core.settings import Settings
 
@@ -39,7 +40,8 @@ def build_deps(
     announce: Announcer | None = None,
 ) -> RecomputeDeps:
     """Everything a recompute needs, from the settings."""
-    writer = build_writer(settings)
+    client = process_client(settings)  # the process's one OpenAI client (None offline)
+    writer = build_writer(settings, client)
     return RecomputeDeps(
         engine=make_engine(database_url),
         database_url=database_url,
@@ -47,7 +49,7 @@ def build_deps(
         min_jaccard=settings.communities_min_jaccard,
         keep=settings.snapshots_keep,
         writer=writer,
-        embedder=build_embedder(settings) if writer is not None else None,
+        embedder=build_embedder(settings, client) if writer is not None else None,
         executor=executor,
         announce=announce,
         llm_model=settings.llm_model,
@@ -75,7 +77,7 @@ def policy(settings: Settings) -> Policy:
     )
 
 
-def build_writer(settings: Settings) -> ReportWriter | None:
+def build_writer(settings: Settings, client: openai.OpenAI | None) -> ReportWriter | None:
     """auto: the LLM when an endpoint is configured, else extractive; none: no reports."""
     mode = settings.community_reports
     if mode == "auto":
@@ -84,10 +86,10 @@ def build_writer(settings: Settings) -> ReportWriter | None:
         return None
     if mode == "extractive":
         return ExtractiveWriter()
-    if not settings.openai_base_url:
+    if client is None:
         raise ConfigurationError("community_reports=llm needs KGSTREAM_OPENAI_BASE_URL")
     return LLMReportWriter(
-        make_openai_client(settings),
+        client,
         settings.llm_model,
         input_tokens=settings.community_report_input_tokens,
         output_tokens=settings.community_report_output_tokens,

@@ -17,7 +17,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from services.communities.reports import Finding, Report, ReportInput, extractive_report
 from services.core.chunking import ENCODING_NAME
-from services.core.llm.client import call_with_retries, is_transient
+from services.core.errors import KgstreamError
+from services.core.failures import is_transient
+from services.core.llm.client import call_with_retries
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class _Output(BaseModel):
     rating: float = 5.0
 
 
-class MalformedReportError(ValueError):
+class MalformedReportError(KgstreamError):
     """The model answered, but not with a report of the requested shape."""
 
 

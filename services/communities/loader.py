@@ -139,7 +139,7 @@ async def load_previous(conn: AsyncConnection) -> PreviousReports | None:
     ).all()
     members = await copy_fixed(
         conn,
-        "COPY (SELECT community_id, entity_id FROM community_members"
+        "COPY (SELECT community_id, entity_id FROM community_members"  # noqa: S608 - COPY binds nothing; snapshot_id is an int
         f" WHERE snapshot_id = {int(snapshot_id)}) TO STDOUT (FORMAT BINARY)",
         _MEMBER_ROW,
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from services.communities.ratio import ChangeState
+from services.core.change_state import ChangeState
 
 Reason = Literal["first_build", "requested", "threshold", "staleness"]
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.communities.ratio import REQUEST_KEY
+from services.core.change_state import REQUEST_KEY
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Literal
 
 from services.communities.lock import recompute_lock
 from services.communities.policy import Policy, decide
-from services.communities.ratio import ChangeState, read_change_state
 from services.communities.recompute import RecomputeDeps, RecomputeResult, recompute
+from services.core.change_state import ChangeState, read_change_state
 
 log = logging.getLogger(__name__)
 

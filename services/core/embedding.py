@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from services.core.errors import ConfigurationError
+from services.core.llm.client import call_with_retries
+
 if TYPE_CHECKING:
     import openai
+    from openai.types import CreateEmbeddingResponse
 
 MINILM_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 MINILM_DIM = 384
@@ -24,7 +29,7 @@ MINILM_MAX_LENGTH = 256
 _TOKENIZER_REL = ("embeddings", "data", MINILM_MODEL_ID, "tokenizer.json")
 
 
-class EmbeddingDimensionError(ValueError):
+class EmbeddingDimensionError(ConfigurationError):
     """An embedding endpoint returned vectors of an unexpected width."""
 
 
@@ -165,8 +170,10 @@ class OpenAIEmbedder(Embedder):
         client: openai.OpenAI,
         model: str,
         dim: int,
+        *,
         batch_size: int = 64,
         send_dimensions: bool = False,
+        max_attempts: int = 4,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -177,18 +184,21 @@ class OpenAIEmbedder(Embedder):
         self.batch_size = batch_size
         # Only some models accept `dimensions` (text-embedding-3-*); opt-in.
         self._send_dimensions = send_dimensions
+        self._attempts = max_attempts
+
+    def _create(self, batch: list[str]) -> CreateEmbeddingResponse:
+        if self._send_dimensions:
+            return self._client.embeddings.create(
+                model=self.model, input=batch, dimensions=self.dim
+            )
+        return self._client.embeddings.create(model=self.model, input=batch)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embeddings in input order; raises EmbeddingDimensionError on a width mismatch."""
         result: list[list[float]] = []
         for b in range(0, len(texts), self.batch_size):
             batch = list(texts[b : b + self.batch_size])
-            if self._send_dimensions:
-                response = self._client.embeddings.create(
-                    model=self.model, input=batch, dimensions=self.dim
-                )
-            else:
-                response = self._client.embeddings.create(model=self.model, input=batch)
+            response = call_with_retries(partial(self._create, batch), self._attempts)
             data = sorted(response.data, key=lambda d: d.index)
             if len(data) != len(batch):
                 raise ValueError(

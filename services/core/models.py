@@ -1,6 +1,9 @@
-"""Builds the configured embedder and extractor (offline defaults or OpenAI-compatible)."""
+"""Builds the configured embedder and extractor (offline defaults or OpenAI-compatible) around
+the process's one OpenAI client, which the composition root makes and passes in."""
 
 from __future__ import annotations
+
+import openai
 
 from services.core.embedding import Embedder, OnnxMiniLmEmbedder, OpenAIEmbedder
 from services.core.errors import ConfigurationError
@@ -8,16 +11,14 @@ from services.core.extraction import Extractor, SpacyExtractor
 from services.core.settings import Settings
 
 
-def build_embedder(settings: Settings) -> Embedder:
+def build_embedder(settings: Settings, client: openai.OpenAI | None) -> Embedder:
     """The embedder the settings name; its width must match KGSTREAM_EMBEDDING_DIM."""
     if settings.embedding_backend == "openai":
-        import openai
-
-        client = openai.OpenAI(
-            base_url=settings.openai_base_url, api_key=settings.openai_api_key.get_secret_value()
-        )
         embedder: Embedder = OpenAIEmbedder(
-            client, settings.embedding_model, settings.embedding_dim
+            _required(client, "embedding_backend=openai"),
+            settings.embedding_model,
+            settings.embedding_dim,
+            max_attempts=settings.llm_max_attempts,
         )
     else:
         embedder = OnnxMiniLmEmbedder(batch_size=settings.embed_batch_size)
@@ -29,16 +30,22 @@ def build_embedder(settings: Settings) -> Embedder:
     return embedder
 
 
-def build_extractor(settings: Settings) -> Extractor:
+def build_extractor(settings: Settings, client: openai.OpenAI | None) -> Extractor:
     """The extractor the settings name."""
     if settings.extractor_backend == "openai":
-        from services.core.llm import OpenAIExtractor, make_openai_client
+        from services.core.llm import OpenAIExtractor
 
         return OpenAIExtractor(
-            make_openai_client(settings),
+            _required(client, "extractor_backend=openai"),
             settings.llm_model,
             max_attempts=settings.llm_max_attempts,
             concurrency=settings.llm_concurrency,
             gleanings=settings.extraction_gleanings,
         )
     return SpacyExtractor()
+
+
+def _required(client: openai.OpenAI | None, what: str) -> openai.OpenAI:
+    if client is None:
+        raise ConfigurationError(f"{what} needs KGSTREAM_OPENAI_BASE_URL")
+    return client

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
+from kafka.producer.future import FutureRecordMetadata
 
-from services.core.contracts import schema_errors
+from services.core.contracts import decode_json, encode_event, event_problems
+from services.core.errors import PermanentError
+from services.core.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -28,29 +32,57 @@ class PublishReport:
     rejected: list[Rejected] = field(default_factory=list)
 
 
-def make_producer(bootstrap: str) -> KafkaProducer:
-    """A producer that waits for all in-sync replicas; keys and values are bytes."""
+KAFKA_DEFAULT_REQUEST_BYTES = 1_048_576  # kafka-python's max_request_size default (1 MiB)
+RECORD_HEADROOM_BYTES = 4096  # the key (doc_id: ≤ 512 chars, ≤ 2048 bytes) plus batch framing
+LOG_OVERHEAD_BYTES = 12  # offset + size prefix: Kafka's message.max.bytes default is 1 MiB + 12
+
+
+def max_request_size(settings: Settings) -> int:
+    """kafka-python's ``max_request_size`` for our producers: room for the largest valid event
+    (``max_document_bytes``) with its key and record framing, and never below kafka-python's
+    default. Brokers and topics must accept it (``topic_max_message_bytes``)."""
+    return max(KAFKA_DEFAULT_REQUEST_BYTES, settings.max_document_bytes + RECORD_HEADROOM_BYTES)
+
+
+def topic_max_message_bytes(settings: Settings) -> int:
+    """The ``max.message.bytes`` topics need to accept every record our producers may send."""
+    return max_request_size(settings) + LOG_OVERHEAD_BYTES
+
+
+def make_producer(
+    bootstrap: str, settings: Settings, *, timeout_s: float | None = None
+) -> KafkaProducer:
+    """A producer that waits for all in-sync replicas; keys and values are bytes. Sized by
+    ``max_request_size``; ``timeout_s`` bounds connecting and blocking in ``send``."""
+    bounds = {}
+    if timeout_s is not None:
+        ms = max(1, int(timeout_s * 1000))
+        bounds = {"bootstrap_timeout_ms": ms, "max_block_ms": ms}
     return KafkaProducer(
         bootstrap_servers=bootstrap.split(","),
         acks="all",
         linger_ms=5,
         retries=5,
         client_id="kgstream-publish",
+        max_request_size=max_request_size(settings),
+        **bounds,
     )
 
 
 def validate_line(raw: bytes, max_bytes: int) -> tuple[dict[str, object] | None, str | None]:
-    """(event, None) when the line is a valid document event, else (None, reason)."""
+    """(event, None) when the line is a valid document event of at most ``max_bytes`` (as
+    read, and in the wire form it is sent in), else (None, reason). Never raises."""
     if len(raw) > max_bytes:
         return None, f"oversize: {len(raw)} bytes, the limit is {max_bytes}"
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        return None, f"not UTF-8: {exc}"
-    except json.JSONDecodeError as exc:
-        return None, f"invalid JSON: {exc}"
-    problems = schema_errors(obj)
+        obj = decode_json(raw)
+    except PermanentError as exc:
+        label = "not UTF-8" if exc.reason == "undecodable" else "invalid JSON"
+        return None, f"{label}: {exc.detail.removeprefix('not UTF-8: ')}"
+    problems = event_problems(obj, max_bytes)
     if problems:
+        if problems[0].startswith("oversize"):
+            return None, problems[0]
         return None, "contract violation: " + "; ".join(problems)
     if not isinstance(obj, dict):  # the schema already requires an object; this narrows the type
         return None, "contract violation: not an object"
@@ -66,27 +98,78 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, line.rstrip(b"\r\n")
 
 
+def send_each(
+    producer: KafkaProducer,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    timeout_s: float = 30.0,
+) -> list[KafkaError | None]:
+    """Send (key, value) records and wait for the broker; per record, None when it was
+    acknowledged or the error that stopped it (never raised)."""
+    pending: list[FutureRecordMetadata | KafkaError] = []
+    for key, value in records:
+        try:
+            pending.append(producer.send(topic, key=key, value=value))
+        except KafkaError as exc:  # too large, or no metadata within max_block_ms
+            pending.append(exc)
+    with contextlib.suppress(KafkaError):
+        producer.flush(timeout=timeout_s)
+    outcomes: list[KafkaError | None] = []
+    for item in pending:
+        if isinstance(item, KafkaError):
+            outcomes.append(item)
+            continue
+        try:
+            item.get(timeout=timeout_s)
+            outcomes.append(None)
+        except KafkaError as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
 def send_all(
-    producer: KafkaProducer, topic: str, records: Iterable[tuple[bytes | None, bytes]]
+    producer: KafkaProducer,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    timeout_s: float = 30.0,
 ) -> int:
-    """Send (key, value) records and wait until the broker has acknowledged every one."""
-    futures = [producer.send(topic, key=key, value=value) for key, value in records]
-    producer.flush()
-    for fut in futures:
-        fut.get(timeout=30)
-    return len(futures)
+    """Send (key, value) records and wait until the broker has acknowledged every one; raise
+    the first error otherwise."""
+    outcomes = send_each(producer, topic, records, timeout_s)
+    for error in outcomes:
+        if error is not None:
+            raise error
+    return len(outcomes)
 
 
-def publish_events(producer: KafkaProducer, topic: str, events: Iterable[dict[str, object]]) -> int:
+def event_records(events: Iterable[Mapping[str, object]]) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) records for events: keyed by doc_id, in their wire form."""
+    for event in events:
+        yield str(event["doc_id"]).encode("utf-8"), encode_event(event)
+
+
+def publish_numbered(
+    producer: KafkaProducer,
+    topic: str,
+    numbered: Sequence[tuple[int, Mapping[str, object]]],
+    report: PublishReport,
+    timeout_s: float = 30.0,
+) -> None:
+    """Send (line number, event) pairs; count each acknowledged one in ``report`` and record
+    each the broker did not take as rejected, with the reason (nothing is raised)."""
+    outcomes = send_each(producer, topic, event_records(e for _, e in numbered), timeout_s)
+    for (number, _), error in zip(numbered, outcomes, strict=True):
+        if error is None:
+            report.sent += 1
+        else:
+            report.rejected.append(Rejected(number, f"not sent: {type(error).__name__}: {error}"))
+
+
+def publish_events(
+    producer: KafkaProducer,
+    topic: str,
+    events: Iterable[Mapping[str, object]],
+    timeout_s: float = 30.0,
+) -> int:
     """Send events keyed by doc_id and wait until the broker has them all."""
-    return send_all(
-        producer,
-        topic,
-        (
-            (
-                str(event["doc_id"]).encode("utf-8"),
-                json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
-            )
-            for event in events
-        ),
-    )
+    return send_all(producer, topic, event_records(events), timeout_s)

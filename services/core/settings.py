@@ -60,6 +60,19 @@ class Settings(BaseSettings):
         default=180, ge=16, description="Chunk size in cl100k tokens (fits MiniLM's 256 pieces)."
     )
     chunk_overlap: int = Field(default=30, ge=0, description="Token overlap between chunks.")
+    max_document_chunks: int = Field(
+        default=1000,
+        ge=1,
+        description="Documents that chunk into more are dead-lettered (oversize): at ~20 chunks/s "
+        "of extraction per core, this bounds how long one document can hold the indexer "
+        "(about a minute on 2 cores) while still admitting ~180k tokens of text.",
+    )
+    indexer_stall_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Status calls a partition stalled when a transient failure has been retried "
+        "this long, or records wait and its offset has not moved this long.",
+    )
     embed_batch_size: int = Field(default=16, ge=1, description="Passages per embedding call.")
     indexer_batch_size: int = Field(
         default=16, ge=1, description="Events whose CPU work (embedding, extraction) is shared."
@@ -68,7 +81,12 @@ class Settings(BaseSettings):
         default=0.05, ge=0, description="How long a partial batch waits for more events."
     )
     max_document_bytes: int = Field(
-        default=2_000_000, ge=1, description="Larger documents are dead-lettered."
+        default=1_000_000,
+        ge=1,
+        description="Largest document event (bytes of its JSON): larger ones are rejected by "
+        "`kgstream publish` and HTTP ingest and dead-lettered by the indexer. The default fits "
+        "Kafka's 1 MiB message limit; raising it needs the broker's message.max.bytes and the "
+        "topics' max.message.bytes raised too (docs: README, Limits).",
     )
 
     # --- LLM (optional) -------------------------------------------------
@@ -175,6 +193,32 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1", description="Query API bind address.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Query API port.")
     # --- authentication (issue 8) -------------------------------------------------------
+    auth: Literal["auto", "required", "off"] = Field(
+        default="auto",
+        description="API keys on the query API: auto = required unless api_host is a loopback "
+        "address (127.0.0.0/8, ::1, localhost); required; off. See docs/security.md.",
+    )
+    auth_allow_insecure: bool = Field(
+        default=False,
+        description="Let the API start with auth off on a non-loopback address (anyone who "
+        "reaches the port may query, ingest and delete).",
+    )
+    auth_cache_ttl_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="Seconds a verified key is remembered per API process; a revoked key stops "
+        "working within this time (0: verify against the database on every request).",
+    )
+    api_docs: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="/docs, /redoc and /openapi.json: auto = served when keys are not "
+        "required, on = always, off = never.",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Key `kgstream query` sends to the query API (Authorization: Bearer).",
+    )
     query_hybrid: bool = Field(
         default=True, description="Vector mode fuses dense and BM25 rankings (RRF); off: dense."
     )
@@ -209,6 +253,35 @@ class Settings(BaseSettings):
         default=500, ge=1, description="Events one POST /v1/documents may carry."
     )
     # --- request limits (issue 8) -------------------------------------------------------
+    api_max_body_bytes: int = Field(
+        default=4_194_304,
+        ge=1024,
+        description="Largest HTTP request body (Content-Length or bytes streamed): 413 beyond "
+        "it, refused before it is buffered. Keep it above KGSTREAM_MAX_DOCUMENT_BYTES.",
+    )
+    ingest_publish_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long HTTP ingest waits for the broker (connect and acknowledgements) "
+        "before answering 503 with Retry-After.",
+    )
+    query_max_question_chars: int = Field(
+        default=2000, ge=1, le=2000, description="Longest question of POST /v1/query: 422."
+    )
+    query_max_k: int = Field(
+        default=50, ge=1, le=50, description="Largest k (contexts) of POST /v1/query: 422."
+    )
+    query_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Time budget of one POST /v1/query or GET /v1/paths: 504 beyond it.",
+    )
+    query_max_concurrent: int = Field(
+        default=16,
+        ge=1,
+        description="Queries (POST /v1/query, GET /v1/paths) served at once by one API process; "
+        "more are answered 429 with Retry-After.",
+    )
 
     log_level: str = Field(default="INFO", description="Python log level.")
 

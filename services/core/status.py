@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.communities.ratio import read_change_state
+from services.core.change_state import read_change_state
+from services.core.indexer_health import end_offsets, health, read_progress
 
 _COUNTS = {
     "documents": "SELECT count(*) FROM documents WHERE NOT deleted",
@@ -23,8 +25,11 @@ _COUNTS = {
 }
 
 
-async def database_status(engine: AsyncEngine) -> dict[str, Any]:
-    """Row counts (integers) read in one snapshot, plus the published community snapshot."""
+async def database_status(
+    engine: AsyncEngine, *, bootstrap: str | None = None, stall_after_s: float = 120.0
+) -> dict[str, Any]:
+    """Row counts (integers) read in one snapshot, the published community snapshot, and the
+    indexer's progress per partition (with lag when the broker at ``bootstrap`` answers)."""
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
@@ -32,6 +37,7 @@ async def database_status(engine: AsyncEngine) -> dict[str, Any]:
                 name: int(await conn.scalar(text(sql)) or 0) for name, sql in _COUNTS.items()
             }
             out["change_ratio"] = (await read_change_state(conn)).ratio
+            progress = await read_progress(conn)
             snap = (
                 await conn.execute(
                     text(
@@ -52,4 +58,10 @@ async def database_status(engine: AsyncEngine) -> dict[str, Any]:
             "reports_generated": snap.reports_generated,
         }
     )
+    ends = {}
+    if bootstrap and progress:
+        ends = await asyncio.to_thread(
+            end_offsets, bootstrap, [(p.topic, p.partition) for p in progress]
+        )
+    out["indexer"] = health(progress, ends, stall_after_s)
     return out

@@ -23,6 +23,7 @@ from services.core.access import Caller
 from services.core.db import migrations
 from services.core.db.engine import make_engine
 from services.core.infra.postgres import EmbeddedPostgres
+from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.eval.communities import ensure_snapshot
@@ -156,7 +157,8 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
         url = config.database_url or stack.enter_context(fresh_database(settings))
         engine = make_engine(url)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
-        embedder, extractor = build_embedder(settings), build_extractor(settings)
+        client = process_client(settings)  # the process's one OpenAI client (None offline)
+        embedder, extractor = build_embedder(settings, client), build_extractor(settings, client)
         deps = IndexerDeps.from_settings(
             settings,
             engine=engine,
@@ -172,7 +174,9 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
                 unavailable = await ensure_snapshot(engine, settings, url)
                 if unavailable is not None:
                     outcome.notes.append(f"global: {unavailable}")
-            service = build_query_service(settings, engine, embedder, extractor, pool)
+            service = build_query_service(
+                settings, engine, embedder, extractor, pool, client=client
+            )
             if config.on_service is not None:
                 service = config.on_service(service)
             for mode in config.modes:

@@ -8,12 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 import faust
+import openai
 
 from services.core.db.engine import make_engine
 from services.core.infra.manager import Endpoints
 from services.core.llm.adjudicator import make_adjudicator
-from services.core.llm.client import make_openai_client
+from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
+from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch
 from services.indexer.metrics import OUTCOMES
@@ -31,6 +33,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         broker_session_timeout=settings.broker_session_timeout_s,
         broker_heartbeat_interval=settings.broker_heartbeat_interval_s,
         broker_commit_interval=settings.broker_commit_interval_s,
+        producer_max_request_size=max_request_size(settings),  # dead letters of maximal events
         web_enabled=False,
         web_bind="127.0.0.1",
         topic_allow_declare=False,  # topics are created explicitly (tansu defaults to 4 partitions)
@@ -40,14 +43,15 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         key_serializer="raw",
         value_serializer="raw",
     )
+    client = process_client(settings)  # the process's one OpenAI client (None offline)
     deps = IndexerDeps.from_settings(
         settings,
         engine=make_engine(endpoints.database_url),
-        embedder=build_embedder(settings),
-        extractor=build_extractor(settings),
+        embedder=build_embedder(settings, client),
+        extractor=build_extractor(settings, client),
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
         publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
-        adjudicate=_adjudicator(settings),
+        adjudicate=_adjudicator(settings, client),
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
 
@@ -84,10 +88,9 @@ def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-
     return publish
 
 
-def _adjudicator(settings: Settings) -> Adjudicator | None:
-    if not (settings.openai_base_url and settings.resolution_llm_adjudication):
+def _adjudicator(settings: Settings, client: openai.OpenAI | None) -> Adjudicator | None:
+    if client is None or not settings.resolution_llm_adjudication:
         return None
-    client = make_openai_client(settings)
     return make_adjudicator(client, settings.llm_model, settings.llm_max_attempts)
 
 

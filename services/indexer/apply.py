@@ -9,10 +9,12 @@ from services.indexer import graph_writer as gw
 from services.indexer.compute import Computed, UpsertPlan
 from services.indexer.deps import IndexerDeps, Outcome
 from services.indexer.documents import (
+    existing_chunk_hashes,
     mark_processed,
     record_token_usage,
     set_outcome,
     stored_doc,
+    update_attributes,
     write_document,
 )
 from services.indexer.ordering import decide_delete, decide_upsert
@@ -29,10 +31,14 @@ async def commit_upsert(deps: IndexerDeps, plan: UpsertPlan, computed: Computed)
         decision = decide_upsert(
             await stored_doc(conn, event.doc_id, lock=True), event, plan.doc_hash
         )
+        if decision == "unchanged" and await update_attributes(conn, event):
+            # Same content, new access rules or metadata: the row changes, the graph does not.
+            await set_outcome(conn, event.event_id, "applied")
+            return "applied"
         if decision != "apply":
             await set_outcome(conn, event.event_id, decision)
             return decision
-        current = await gw.existing_chunk_hashes(conn, event.doc_id)
+        current = await existing_chunk_hashes(conn, event.doc_id)
         if any(h not in current and h not in computed.chunks for h, _ in plan.planned):
             # Another event for this document landed between planning and the lock.
             raise TransientError(f"{event.doc_id} changed since it was planned; recomputing")
@@ -89,7 +95,7 @@ async def apply_delete(deps: IndexerDeps, event: DocumentEvent) -> Outcome:
             await set_outcome(conn, event.event_id, decision)
             return decision
         changes = gw.ChangeSet()
-        current = await gw.existing_chunk_hashes(conn, event.doc_id)
+        current = await existing_chunk_hashes(conn, event.doc_id)
         ents, rels = await gw.remove_chunks(conn, list(current.values()))
         await gw.rebuild(conn, ents, rels, changes)
         await write_document(conn, event, None, deleted=True)

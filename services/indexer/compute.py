@@ -14,11 +14,17 @@ from services.core.chunking import Chunk
 from services.core.contracts import DocumentEvent
 from services.core.errors import PermanentError, TransientError
 from services.core.extraction import ExtractedEntity, Extraction
-from services.indexer import graph_writer as gw
 from services.indexer.deps import IndexerDeps
-from services.indexer.documents import already_processed, stored_doc
+from services.indexer.documents import already_processed, existing_chunk_hashes, stored_doc
 from services.indexer.ordering import content_hash, decide_upsert
-from services.indexer.resolution import Surface, document_surfaces, local_canonical
+from services.indexer.resolution import (
+    Resolution,
+    Surface,
+    adjudicate_candidates,
+    document_surfaces,
+    local_canonical,
+    with_title,
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class Computed:
     """Embeddings and extractions of a plan's fresh chunks, and its resolution inputs."""
 
     chunks: dict[str, tuple[Sequence[float], Extraction]]
-    resolution: gw.Resolution
+    resolution: Resolution
 
 
 def document_text(event: DocumentEvent) -> str:
@@ -49,12 +55,18 @@ async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentE
     """Chunk the new version and find what is new; duplicates and stale events plan no work."""
     doc_hash = content_hash(event.title, event.text)
     planned = _dedupe_chunks(event.title, deps.chunker.split(document_text(event)))
+    if len(planned) > deps.max_document_chunks:
+        raise PermanentError(
+            "oversize",
+            f"{len(planned)} chunks; the limit is {deps.max_document_chunks}"
+            " (KGSTREAM_MAX_DOCUMENT_CHUNKS)",
+        )
     if await already_processed(conn, event.event_id):
         return UpsertPlan(event, doc_hash, planned, [], duplicate=True)
     decision = decide_upsert(await stored_doc(conn, event.doc_id, lock=False), event, doc_hash)
     if decision != "apply":
         return UpsertPlan(event, doc_hash, planned, [])
-    existing = await gw.existing_chunk_hashes(conn, event.doc_id)
+    existing = await existing_chunk_hashes(conn, event.doc_id)
     return UpsertPlan(event, doc_hash, planned, [(h, c) for h, c in planned if h not in existing])
 
 
@@ -99,19 +111,20 @@ async def _prepare_resolutions(
     deps: IndexerDeps,
     plans: Sequence[UpsertPlan],
     per_plan: Sequence[dict[str, tuple[Sequence[float], Extraction]]],
-) -> list[gw.Resolution]:
+) -> list[Resolution]:
     canonicals = []
+    surfaces: list[dict[str, Surface]] = []
     wanted: dict[str, Surface] = {}
     kept = await _kept_mentions(deps, plans)
     for plan, chunks, old in zip(plans, per_plan, kept, strict=True):
-        mentioned = [
-            e for _, x in chunks.values() for e in gw.with_title(plan.event.title, x).entities
-        ]
+        title = plan.event.title
+        mentioned = [e for _, x in chunks.values() for e in with_title(title, x).entities]
         # Short forms resolve against the whole document, kept chunks included, exactly as a
         # rebuild from scratch would see it.
         canonical = local_canonical([*mentioned, *old])
         canonicals.append(canonical)
-        for key, surface in document_surfaces(mentioned, canonical).items():
+        surfaces.append(document_surfaces(mentioned, canonical))
+        for key, surface in surfaces[-1].items():
             wanted.setdefault(key, surface)
     vectors: dict[str, Sequence[float]] = {}
     if wanted:
@@ -125,7 +138,15 @@ async def _prepare_resolutions(
             names = [wanted[k].name for k in missing]
             found = await loop.run_in_executor(deps.executor, deps.embedder.embed, names)
             vectors = dict(zip(missing, found, strict=True))
-    return [gw.Resolution(c, vectors, deps.resolver) for c in canonicals]
+    out = []
+    for canonical, doc_surfaces in zip(canonicals, surfaces, strict=True):
+        decisions: dict[tuple[str, int], bool] = {}
+        if deps.resolver.adjudicate is not None and vectors:
+            asked = {k: s for k, s in doc_surfaces.items() if k in vectors}
+            async with deps.engine.connect() as conn:
+                decisions = await adjudicate_candidates(conn, asked, vectors, deps.resolver)
+        out.append(Resolution(canonical, vectors, deps.resolver, decisions))
+    return out
 
 
 async def _kept_mentions(

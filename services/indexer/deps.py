@@ -42,6 +42,8 @@ class IndexerDeps:
     publish_dead_letter: DeadLetterPublisher
     max_document_bytes: int
     resolver: ResolverConfig
+    max_document_chunks: int = 1000
+    consumer_group: str | None = None  # set: progress is recorded in indexer_progress
 
     @classmethod
     def from_settings(
@@ -65,5 +67,7 @@ class IndexerDeps:
             executor=executor,
             publish_dead_letter=publish_dead_letter,
             max_document_bytes=settings.max_document_bytes,
+            max_document_chunks=settings.max_document_chunks,
+            consumer_group=settings.consumer_group,
             resolver=ResolverConfig.from_settings(settings, adjudicate),
         )

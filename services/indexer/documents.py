@@ -14,6 +14,14 @@ from services.core.extraction import Extraction
 from services.indexer.ordering import StoredDoc
 
 
+async def existing_chunk_hashes(conn: AsyncConnection, doc_id: str) -> dict[str, int]:
+    """diff hash -> chunk id for the document's stored chunks."""
+    rows = await conn.execute(
+        text("SELECT content_hash, id FROM chunks WHERE doc_id = :d"), {"d": doc_id}
+    )
+    return {str(h): int(i) for h, i in rows.all()}
+
+
 async def already_processed(conn: AsyncConnection, event_id: str) -> bool:
     """Has this event id been handled before (in any outcome)?"""
     found = await conn.scalar(
@@ -81,6 +89,32 @@ async def write_document(
             "e": event.event_id,
         },
     )
+
+
+async def update_attributes(conn: AsyncConnection, event: DocumentEvent) -> bool:
+    """An upsert with unchanged content may still change who can see the document (tenant,
+    acl) or its metadata: apply those, and its version and time so an older replay cannot
+    undo them. True when something changed."""
+    changed = await conn.scalar(
+        text(
+            "UPDATE documents d SET tenant = :tn, acl = CAST(:acl AS text[]),"
+            " metadata = CAST(:m AS jsonb), version = COALESCE(:v, d.version), occurred_at = :at,"
+            " last_event_id = :e, updated_at = now()"
+            " WHERE d.doc_id = :d AND NOT d.deleted AND (d.tenant, d.acl, d.metadata)"
+            " IS DISTINCT FROM (CAST(:tn AS text), CAST(:acl AS text[]), CAST(:m AS jsonb))"
+            " RETURNING 1"
+        ),
+        {
+            "d": event.doc_id,
+            "tn": event.tenant,
+            "acl": event.acl,
+            "m": json.dumps(event.metadata),
+            "v": event.version,
+            "at": event.occurred_at,
+            "e": event.event_id,
+        },
+    )
+    return changed is not None
 
 
 async def record_token_usage(

@@ -4,17 +4,21 @@ piece of relationship evidence) refers to them: reference counting through prove
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.db.engine import vector_literal
-from services.core.extraction import ExtractedEntity, Extraction
+from services.core.extraction import Extraction
 from services.core.normalize import entity_key
-from services.indexer.resolution import ResolverConfig, document_surfaces, resolve_entities
+from services.indexer.resolution import (
+    Resolution,
+    document_surfaces,
+    resolve_entities,
+    with_title,
+)
 
 
 @dataclass(frozen=True)
@@ -41,14 +45,6 @@ class ChangeSet:
     edges_added: set[int] = field(default_factory=set)
     edges_removed: set[int] = field(default_factory=set)
     edges_changed: set[int] = field(default_factory=set)
-
-
-async def existing_chunk_hashes(conn: AsyncConnection, doc_id: str) -> dict[str, int]:
-    """diff hash -> chunk id for the document's stored chunks."""
-    rows = await conn.execute(
-        text("SELECT content_hash, id FROM chunks WHERE doc_id = :d"), {"d": doc_id}
-    )
-    return {str(h): int(i) for h, i in rows.all()}
 
 
 async def remove_chunks(
@@ -85,16 +81,6 @@ async def reorder_chunks(conn: AsyncConnection, moves: Sequence[tuple[int, int, 
             ),
             [{"i": i, "o": o, "s": st, "e": en} for i, o, st, en in moves],
         )
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """What entity resolution needs besides the database: the document's short-form map,
-    embeddings of names not stored yet, and the thresholds."""
-
-    canonical: Mapping[str, str]
-    name_embeddings: Mapping[str, Sequence[float]]
-    config: ResolverConfig
 
 
 async def add_chunks(
@@ -134,7 +120,7 @@ async def add_chunks(
 
     mentioned = [e for c in chunks for e in with_title(title, c.extraction).entities]
     surfaces = document_surfaces(mentioned, resolution.canonical)
-    resolved = await resolve_entities(conn, surfaces, resolution.name_embeddings, resolution.config)
+    resolved = await resolve_entities(conn, surfaces, resolution)
     changes.nodes_added |= resolved.added
     ids = resolved.ids
 
@@ -163,21 +149,22 @@ async def add_chunks(
                 }
             )
             alias_rows.append({"e": eid, "a": ent.name, "k": entity_key(ent.name)})
-    await conn.execute(
-        text(
-            "INSERT INTO mentions (entity_id, chunk_id, doc_id, surface, type, start_char,"
-            " end_char, sentence) VALUES (:e, :c, :d, :s, :t, :a, :b, :x)"
-            " ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING"
-        ),
-        mention_rows,
-    )
-    await conn.execute(
-        text(
-            "INSERT INTO aliases (entity_id, alias, alias_key) VALUES (:e, :a, :k)"
-            " ON CONFLICT DO NOTHING"
-        ),
-        _unique(alias_rows),
-    )
+    if mention_rows:  # a document may name nothing at all (no title, no entities)
+        await conn.execute(
+            text(
+                "INSERT INTO mentions (entity_id, chunk_id, doc_id, surface, type, start_char,"
+                " end_char, sentence) VALUES (:e, :c, :d, :s, :t, :a, :b, :x)"
+                " ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING"
+            ),
+            mention_rows,
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO aliases (entity_id, alias, alias_key) VALUES (:e, :a, :k)"
+                " ON CONFLICT DO NOTHING"
+            ),
+            _unique(alias_rows),
+        )
 
     edge_rows: dict[tuple[int, int, str], list[dict[str, object]]] = {}
     for c in chunks:
@@ -341,19 +328,6 @@ async def _upsert_relationships(
         if r.inserted:
             changes.edges_added.add(int(r.id))
     return ids
-
-
-_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
-
-
-def with_title(title: str, extraction: Extraction) -> Extraction:
-    """Every chunk is about its document's title: the prototype's passage-title node."""
-    if not title.strip():
-        return extraction
-    # Wikipedia-style disambiguation ("Twins (group)") is not part of the name.
-    name = _DISAMBIGUATION.sub("", title).strip() or title.strip()
-    subject = ExtractedEntity(name=name, type="TOPIC", start=-1, end=-1, sentence=title)
-    return Extraction(entities=[*extraction.entities, subject], relations=extraction.relations)
 
 
 def _unique(rows: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -1,9 +1,16 @@
 """Document event handlers: plain async functions that receive their dependencies. No faust
 here: the agent in app.py hands over batches of raw records and moves on.
 
+This module is the indexer's one error boundary. Every record ends as applied, skipped
+(duplicate, stale, unchanged) or dead-lettered with a reason, and no exception leaves
+``handle_batch``: transient failures (database, broker, model endpoints) are retried with
+backoff until they succeed, so the offset is never committed past an event that has not
+landed; every other failure is dead-lettered (``processing_failed`` with the exception's class
+and message). Cancellation (shutdown) is the one thing that passes through: the batch is then
+not acked and is redelivered.
+
 A batch shares its CPU work (one embedding call, one extraction call); every event still gets
-its own transaction, in order. Transient failures retry with backoff until they succeed, so the
-offset is never committed past an event that has not landed; permanent ones are dead-lettered."""
+its own transaction, in order."""
 
 from __future__ import annotations
 
@@ -11,10 +18,10 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy.exc import DBAPIError, OperationalError
-
 from services.core.contracts import DocumentEvent, parse_document_event
-from services.core.errors import PermanentError, TransientError
+from services.core.errors import PermanentError
+from services.core.failures import as_permanent, is_transient
+from services.indexer import progress
 from services.indexer.apply import apply_delete, commit_upsert
 from services.indexer.compute import Computed, UpsertPlan, compute, plan_upsert
 from services.indexer.dead_letters import dead_letter
@@ -23,6 +30,7 @@ from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 __all__ = ["IndexerDeps", "Outcome", "RawRecord", "apply_event", "handle_batch", "handle_record"]
 
 log = logging.getLogger(__name__)
+FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 
 
@@ -32,38 +40,33 @@ async def handle_record(deps: IndexerDeps, record: RawRecord) -> Outcome:
 
 
 async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[Outcome]:
-    """Apply records in order; returns one outcome per record."""
+    """Apply records in order; returns one outcome per record. Never raises (but for
+    cancellation): see the module docstring."""
     outcomes: list[Outcome] = ["dead_lettered"] * len(records)
     events: list[tuple[int, DocumentEvent]] = []
     for i, record in enumerate(records):
         try:
-            events.append((i, parse_document_event(record.value or b"", deps.max_document_bytes)))
+            events.append((i, decode(deps, record)))
         except PermanentError as exc:
             await dead_letter(deps, record, exc, event=None)
-    plans: dict[int, UpsertPlan] = {}
-    computed: dict[int, Computed] = {}
-    failed: dict[int, PermanentError] = {}
-    try:
-        async with deps.engine.connect() as conn:
-            for i, event in events:
-                if event.type == "upsert":
-                    plans[i] = await plan_upsert(deps, conn, event)
-        results = await compute(deps, list(plans.values()))
-        computed = dict(zip(plans, results, strict=True))
-    except Exception as exc:  # noqa: BLE001 - any failure: fall back to one event at a time
-        if isinstance(exc, PermanentError) and len(plans) == 1:
-            failed = dict.fromkeys(plans, exc)  # nothing to isolate: it was this event
-        elif len(events) > 1:
-            log.info("batch of %d falls back to single events: %s", len(events), exc)
-        plans, computed = {}, {}
+    plans, computed, failed = await _compute_batch(deps, events)
     for i, event in events:
         if i in failed:
             await dead_letter(deps, records[i], failed[i], event=event)
             continue
-        outcomes[i] = await _apply_until_done(
-            deps, records[i], event, plans.get(i), computed.get(i)
-        )
+        outcomes[i] = await _settle(deps, records[i], event, plans.get(i), computed.get(i))
+    await progress.batch_done(deps, records)
     return outcomes
+
+
+def decode(deps: IndexerDeps, record: RawRecord) -> DocumentEvent:
+    """The record as a validated event; PermanentError with the reason for anything else."""
+    try:
+        return parse_document_event(record.value or b"", deps.max_document_bytes)
+    except PermanentError:
+        raise
+    except Exception as exc:  # the decoder's contract is PermanentError; hold it to that
+        raise as_permanent(exc) from exc
 
 
 async def apply_event(
@@ -82,34 +85,59 @@ async def apply_event(
     return await commit_upsert(deps, plan, computed)
 
 
-async def _apply_until_done(
+async def _compute_batch(
+    deps: IndexerDeps, events: Sequence[tuple[int, DocumentEvent]]
+) -> tuple[dict[int, UpsertPlan], dict[int, Computed], dict[int, PermanentError]]:
+    """Plan and compute the batch's upserts together; on any failure, nothing is shared and
+    each event is computed on its own (so one bad event cannot fail its neighbours)."""
+    plans: dict[int, UpsertPlan] = {}
+    failed: dict[int, PermanentError] = {}
+    try:
+        async with deps.engine.connect() as conn:
+            for i, event in events:
+                if event.type != "upsert":
+                    continue
+                try:
+                    plans[i] = await plan_upsert(deps, conn, event)
+                except PermanentError as exc:  # e.g. too many chunks: this event alone
+                    failed[i] = exc
+    except Exception as exc:  # noqa: BLE001 - each event plans again on its own in _settle
+        log.info("planning a batch of %d failed, events go one by one: %s", len(events), exc)
+        return {}, {}, {}
+    try:
+        results = await compute(deps, list(plans.values()))
+    except Exception as exc:  # noqa: BLE001 - isolated below, event by event
+        if len(plans) == 1 and not is_transient(exc):
+            failed.update(dict.fromkeys(plans, as_permanent(exc)))  # it was this event
+        elif len(plans) > 1:
+            log.info("batch of %d falls back to single events: %s", len(plans), exc)
+        return {}, {}, failed
+    return plans, dict(zip(plans, results, strict=True)), failed
+
+
+async def _settle(
     deps: IndexerDeps,
     record: RawRecord,
     event: DocumentEvent,
     plan: UpsertPlan | None,
     computed: Computed | None,
 ) -> Outcome:
-    delay = 0.5
+    delay = FIRST_BACKOFF_S
     while True:
         try:
             return await apply_event(deps, event, plan, computed)
-        except PermanentError as exc:
-            await dead_letter(deps, record, exc, event=event)
-            return "dead_lettered"
-        except (TransientError, OperationalError, DBAPIError) as exc:
-            if isinstance(exc, DBAPIError) and not _transient_db(exc):
-                failure = PermanentError("processing_failed", str(exc.orig))
-                await dead_letter(deps, record, failure, event=event)
+        except Exception as exc:  # noqa: BLE001 - the boundary: retry or dead-letter, never raise
+            if not is_transient(exc):
+                await dead_letter(deps, record, as_permanent(exc), event=event)
                 return "dead_lettered"
-            log.warning("transient failure on %s, retry in %.1fs: %s", event.event_id, delay, exc)
+            log.warning(
+                "transient failure on %s, retry in %.1fs: %s: %s",
+                event.event_id,
+                delay,
+                type(exc).__name__,
+                exc,
+            )
+            await progress.retrying(deps, record, exc)
             plan = computed = None  # recompute against the current state
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
-
-
-def _transient_db(exc: DBAPIError) -> bool:
-    if exc.connection_invalidated or isinstance(exc, OperationalError):
-        return True
-    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
-    # 40001 serialization failure, 40P01 deadlock, 08xxx connection, 53xxx resources, 57P0x shutdown
-    return sqlstate.startswith(("40", "08", "53", "57P"))

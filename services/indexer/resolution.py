@@ -7,16 +7,18 @@ configured, and otherwise stays unmerged: a duplicate is cheaper than a false me
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Self
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.db.engine import vector_literal
-from services.core.extraction import ExtractedEntity
+from services.core.errors import TransientError
+from services.core.extraction import ExtractedEntity, Extraction
 from services.core.normalize import entity_key
 from services.core.settings import Settings
 
@@ -37,6 +39,8 @@ _GROUPS = {
 
 # (new name, candidate name, type group) -> same entity?
 Adjudicator = Callable[[str, str, str], Awaitable[bool]]
+# (surface key, candidate entity id) -> the adjudicator's answer, asked before the transaction
+Decisions = Mapping[tuple[str, int], bool]
 
 
 def type_group(entity_type: str) -> str:
@@ -151,6 +155,19 @@ class ResolverConfig:
         )
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """What entity resolution needs besides the database: the document's short-form map,
+    embeddings of names not stored yet, the thresholds, and the adjudicator's answers for the
+    ambiguous candidates seen when the event was computed (no outside call happens inside the
+    write transaction)."""
+
+    canonical: Mapping[str, str]
+    name_embeddings: Mapping[str, Sequence[float]]
+    config: ResolverConfig
+    decisions: Decisions = field(default_factory=dict)
+
+
 _EXISTING = text(
     "SELECT q.key, e.id, e.type_group, e.mention_count"
     " FROM unnest(CAST(:keys AS text[])) AS q(key) CROSS JOIN LATERAL ("
@@ -196,8 +213,7 @@ class Resolved:
 async def resolve_entities(
     conn: AsyncConnection,
     surfaces: Mapping[str, Surface],
-    name_embeddings: Mapping[str, Sequence[float]],
-    config: ResolverConfig,
+    resolution: Resolution,
 ) -> Resolved:
     """Map every surface to a stored entity, creating the ones nothing matches. Set-based:
     three statements per document whatever its size."""
@@ -223,10 +239,10 @@ async def resolve_entities(
         ids = sorted(narrow)
         await conn.execute(_NARROW, {"ids": ids, "groups": [narrow[i] for i in ids]})
     unresolved = [k for k in keys if k not in out.ids]
-    out.ids.update(await _similar(conn, surfaces, unresolved, name_embeddings, config))
+    out.ids.update(await _similar(conn, surfaces, unresolved, resolution))
     new = [k for k in unresolved if k not in out.ids]
     if new:
-        vecs = [name_embeddings.get(k) for k in new]
+        vecs = [resolution.name_embeddings.get(k) for k in new]
         inserted = await conn.execute(
             _INSERT,
             {
@@ -247,13 +263,42 @@ async def _similar(
     conn: AsyncConnection,
     surfaces: Mapping[str, Surface],
     keys: Sequence[str],
+    resolution: Resolution,
+) -> dict[str, int]:
+    """Trigram candidates confirmed by name-embedding similarity; None-safe, order-stable.
+    Ambiguous candidates take the adjudicator's answer given before the transaction; one it
+    was not asked about means the graph moved since: TransientError, and the event recomputes."""
+    found: dict[str, int] = {}
+    decisions = resolution.decisions
+    for key, entity_id, verdict in await similar_candidates(
+        conn, surfaces, keys, resolution.name_embeddings, resolution.config
+    ):
+        if key in found:
+            continue
+        if verdict == "ask":
+            if (key, entity_id) not in decisions:
+                raise TransientError(f"new merge candidate for {key!r} since compute")
+            if not decisions[(key, entity_id)]:
+                continue
+        found[key] = entity_id
+    return found
+
+
+Verdict = Literal["merge", "ask"]
+
+
+async def similar_candidates(
+    conn: AsyncConnection,
+    surfaces: Mapping[str, Surface],
+    keys: Sequence[str],
     name_embeddings: Mapping[str, Sequence[float]],
     config: ResolverConfig,
-) -> dict[str, int]:
-    """Trigram candidates confirmed by name-embedding similarity; None-safe, order-stable."""
+) -> list[tuple[str, int, Verdict]]:
+    """(surface key, entity id, merge | ask) for every candidate worth merging, best first per
+    key; "ask" only when an adjudicator is configured (else the ambiguous band stays apart)."""
     asks = [k for k in keys if k in name_embeddings and len(k) >= 4]
     if not asks:
-        return {}
+        return []
     rows = await conn.execute(
         _SIMILAR,
         {
@@ -262,22 +307,53 @@ async def _similar(
             "vecs": [vector_literal(name_embeddings[k]) for k in asks],
         },
     )
-    found: dict[str, int] = {}
+    out: list[tuple[str, int, Verdict]] = []
     for r in rows.all():
         surface = surfaces[r.key]
-        if r.key in found or not compatible(r.type_group, surface.group):
+        if not compatible(r.type_group, surface.group):
             continue
         if r.sim < config.trigram_threshold and not same_person(surface, r.name, r.type_group):
             continue
         if r.cos >= config.embedding_threshold or (
             r.cos >= config.ambiguous_floor and same_person(surface, r.name, r.type_group)
         ):
-            found[r.key] = int(r.id)
+            out.append((r.key, int(r.id), "merge"))
         elif r.cos >= config.ambiguous_floor and config.adjudicate is not None:
-            same = await config.adjudicate(surface.name, r.name, surface.group)
-            if same:
-                found[r.key] = int(r.id)
-    return found
+            out.append((r.key, int(r.id), "ask"))
+    return out
+
+
+async def adjudicate_candidates(
+    conn: AsyncConnection,
+    surfaces: Mapping[str, Surface],
+    name_embeddings: Mapping[str, Sequence[float]],
+    config: ResolverConfig,
+) -> dict[tuple[str, int], bool]:
+    """Ask the adjudicator about every ambiguous candidate the transaction will meet (read-only
+    ``conn``, no transaction held while the model answers)."""
+    if config.adjudicate is None:
+        return {}
+    candidates = await similar_candidates(conn, surfaces, sorted(surfaces), name_embeddings, config)
+    await conn.rollback()  # end the read before the slow calls
+    names = await _entity_names(conn, [i for _, i, v in candidates if v == "ask"])
+    await conn.rollback()
+    decisions: dict[tuple[str, int], bool] = {}
+    for key, entity_id, verdict in candidates:
+        if verdict == "ask" and (key, entity_id) not in decisions:
+            surface = surfaces[key]
+            decisions[(key, entity_id)] = await config.adjudicate(
+                surface.name, names[entity_id], surface.group
+            )
+    return decisions
+
+
+async def _entity_names(conn: AsyncConnection, ids: Sequence[int]) -> dict[int, str]:
+    if not ids:
+        return {}
+    rows = await conn.execute(
+        text("SELECT id, name FROM entities WHERE id = ANY(:ids)"), {"ids": sorted(set(ids))}
+    )
+    return {int(r.id): str(r.name) for r in rows.all()}
 
 
 def same_person(surface: Surface, other_name: str, other_group: str) -> bool:
@@ -286,3 +362,16 @@ def same_person(surface: Surface, other_name: str, other_group: str) -> bool:
         return False
     a, b = surface.key.split(), entity_key(other_name).split()
     return min(len(a), len(b)) >= 2 and a[0] == b[0] and a[-1] == b[-1] and a != b
+
+
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def with_title(title: str, extraction: Extraction) -> Extraction:
+    """Every chunk is about its document's title: the prototype's passage-title node."""
+    if not title.strip():
+        return extraction
+    # Wikipedia-style disambiguation ("Twins (group)") is not part of the name.
+    name = _DISAMBIGUATION.sub("", title).strip() or title.strip()
+    subject = ExtractedEntity(name=name, type="TOPIC", start=-1, end=-1, sentence=title)
+    return Extraction(entities=[*extraction.entities, subject], relations=extraction.relations)

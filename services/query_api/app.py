@@ -14,31 +14,41 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.core.db.engine import check_schema, make_engine
 from services.core.infra.manager import Endpoints
+from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
-from services.query_api import problems
+from services.query_api import auth, problems
 from services.query_api.ingest import DocumentPublisher
+from services.query_api.limits import BodyLimits, QueryGate
 from services.query_api.routes import router
 from services.query_api.service import QueryService, build_query_service
+
+QUERY_PATHS = ("/v1/query", "/v1/paths")  # the routes whose work grows with the request
 
 
 def build_service(settings: Settings, database_url: str) -> QueryService:
     """The query service with its engine and models (used by the API and the CLI)."""
+    client = process_client(settings)  # the process's one OpenAI client (None offline)
     return build_query_service(
         settings,
         make_engine(database_url),
-        build_embedder(settings),
-        build_extractor(settings),
+        build_embedder(settings, client),
+        build_extractor(settings, client),
         ThreadPoolExecutor(max_workers=2, thread_name_prefix="kgstream-query"),
+        client=client,
     )
 
 
 def create_app(
     settings: Settings, endpoints: Endpoints, service: QueryService | None = None
 ) -> FastAPI:
-    """The FastAPI app; models load once at start-up (or come in ``service``)."""
+    """The FastAPI app; models load once at start-up (or come in ``service``). Refuses (a
+    ConfigurationError) to serve without keys on a non-loopback address unless forced."""
+    auth.check_bind(settings)
     svc = service or build_service(settings, endpoints.database_url)
-    publisher = DocumentPublisher(endpoints.kafka_bootstrap_servers, settings.documents_topic)
+    publisher = DocumentPublisher(
+        endpoints.kafka_bootstrap_servers, settings.documents_topic, settings
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -50,18 +60,31 @@ def create_app(
             if service is None:  # ours to close
                 await svc.engine.dispose()
 
+    docs = auth.docs_enabled(settings)
     app = FastAPI(
         title="kgstream query API",
         version="0.2.0",
         lifespan=lifespan,
         description="Vector, local, global and path retrieval over the published snapshot; "
         "HTTP ingest of document events. Errors are application/problem+json.",
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
     )
     app.state.service = svc
     app.state.publisher = publisher
     app.state.settings = settings
     problems.install(app)
+    auth.install(app, settings, svc.engine)
     app.include_router(router)
+    # Added last = outermost: the body checks run before anything else reads the request.
+    app.add_middleware(
+        QueryGate,
+        paths=QUERY_PATHS,
+        max_concurrent=settings.query_max_concurrent,
+        timeout_s=settings.query_timeout_s,
+    )
+    app.add_middleware(BodyLimits, max_bytes=settings.api_max_body_bytes)
 
     @app.get("/metrics", tags=["operations"])
     async def metrics() -> PlainTextResponse:

@@ -36,7 +36,7 @@ _SEARCH_ADMIN = (
 # visible mentions; names, counts and aliases then come from entity_facts.
 _SEARCH = Filtered.of(
     _SEARCH_ADMIN,
-    "WITH hits AS ("
+    "WITH hits AS ("  # noqa: S608 - visibility fragments are constants
     "  SELECT a.entity_id AS id, 1.0 AS score FROM aliases a WHERE a.alias_key = :key AND "
     + alias_visible("a")
     + "  UNION ALL SELECT a.entity_id, similarity(a.alias, :name) FROM aliases a"
@@ -62,7 +62,7 @@ _NEIGHBOURS_ADMIN = (
 # neighbour's name ('' here) is filled in from entity_facts.
 _NEIGHBOURS = Filtered.of(
     _NEIGHBOURS_ADMIN,
-    "SELECT " + _OTHER + " AS other, '', r.type,"
+    "SELECT " + _OTHER + " AS other, '', r.type,"  # noqa: S608 - _OTHER and visibility fragments are constants
     " CASE WHEN r.source_id = :id THEN 'out' ELSE 'in' END, v.w,"
     " coalesce((SELECT ev.sentence FROM relationship_evidence ev JOIN documents d"
     "  ON d.doc_id = ev.doc_id WHERE ev.relationship_id = r.id AND "

@@ -38,7 +38,7 @@ _LEVELS = text(
 # document visible, checked live, before ranking and LIMIT (so before any LLM map step).
 _SHOWN = " AND " + community_visible("co")
 _EMBEDDING_HEAD = (
-    "SELECT id, level, title, summary, rating, size,"
+    "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " 1 - (embedding <=> CAST(:q AS vector)) AS score FROM communities co"
     " WHERE snapshot_id = :s AND embedding IS NOT NULL AND " + _AT_LEVEL
 )
@@ -47,7 +47,7 @@ _BY_EMBEDDING = Filtered.of(
     _EMBEDDING_HEAD + _EMBEDDING_ORDER, _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER
 )
 _TEXT_HEAD = (
-    "SELECT id, level, title, summary, rating, size,"
+    "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
     " FROM communities co WHERE snapshot_id = :s AND " + _AT_LEVEL
 )

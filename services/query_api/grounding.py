@@ -81,13 +81,13 @@ _EXACT = Filtered.of(
     "SELECT e.id, e.name, e.mention_count FROM entities e WHERE e.key = ANY(:k)"
     " UNION SELECT e.id, e.name, e.mention_count FROM aliases a"
     " JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = ANY(:k)",
-    "SELECT DISTINCT a.entity_id, '', 0 FROM aliases a WHERE a.alias_key = ANY(:k) AND "
+    "SELECT DISTINCT a.entity_id, '', 0 FROM aliases a WHERE a.alias_key = ANY(:k) AND "  # noqa: S608 - alias_visible is a constant fragment
     + alias_visible("a"),
 )
 _FUZZY = Filtered.of(
     "SELECT id, name, mention_count, similarity(name, :s) AS sim FROM entities"
     " WHERE name % :s ORDER BY sim DESC, id LIMIT 3",
-    "SELECT a.entity_id, '', 0, max(similarity(a.alias, :s)) AS sim FROM aliases a"
+    "SELECT a.entity_id, '', 0, max(similarity(a.alias, :s)) AS sim FROM aliases a"  # noqa: S608 - alias_visible is a constant fragment
     " WHERE a.alias % :s AND "
     + alias_visible("a")
     + " GROUP BY a.entity_id ORDER BY sim DESC, a.entity_id LIMIT 3",

@@ -1,10 +1,10 @@
 """HTTP ingest: document events validated against the same contract as `kgstream publish`
 (schemas/document_event.v1.json) and published to the documents topic keyed by doc_id. All or
-nothing: one invalid event and none is published."""
+nothing: every event is checked (contract and wire size) before any is sent, and one invalid
+event means none is published."""
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Sequence
@@ -12,17 +12,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
-from services.core.contracts import schema_errors
+from services.core.contracts import event_problems
+from services.core.errors import TransientError
 from services.core.producer import make_producer, publish_events
-
-
-def event_errors(event: Any, max_bytes: int) -> list[str]:
-    """Why ``event`` is not a valid document event (empty when it is)."""
-    size = len(json.dumps(event, ensure_ascii=False).encode("utf-8"))
-    if size > max_bytes:
-        return [f"oversize: {size} bytes, the limit is {max_bytes}"]
-    return schema_errors(event)
+from services.core.settings import Settings
 
 
 def validate_batch(
@@ -38,7 +33,7 @@ def validate_batch(
         return [], [{"index": None, "errors": [reason]}]
     problems = []
     for index, item in enumerate(items):
-        errors = event_errors(item, max_bytes)
+        errors = event_problems(item, max_bytes)
         if errors:
             problems.append({"index": index, "event_id": _event_id(item), "errors": errors})
     return ([] if problems else list(items)), problems
@@ -55,29 +50,38 @@ def delete_event(doc_id: str) -> dict[str, Any]:
 
 
 def _event_id(item: Any) -> Any:
-    return item.get("event_id") if isinstance(item, dict) else None
+    event_id = item.get("event_id") if isinstance(item, dict) else None
+    return event_id if isinstance(event_id, str | int) else None
 
 
 class DocumentPublisher:
     """One kafka-python producer per process, connected on first use (the API serves queries
-    even while the broker is down). ``send`` blocks: call it from a worker thread."""
+    even while the broker is down). ``send`` blocks: call it from a worker thread. A broker
+    that does not answer within ``ingest_publish_timeout_s`` raises TransientError."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
+    def __init__(self, bootstrap: str, topic: str, settings: Settings) -> None:
+        self.bootstrap, self.topic, self.settings = bootstrap, topic, settings
+        self.timeout_s = settings.ingest_publish_timeout_s
         self._producer: KafkaProducer | None = None
         self._lock = threading.Lock()
 
     def send(self, events: Sequence[dict[str, Any]]) -> int:
         """Publish keyed by doc_id and wait for the broker's acknowledgements."""
-        with self._lock:
-            if self._producer is None:
-                self._producer = make_producer(self.bootstrap)
-            producer = self._producer
-        return publish_events(producer, self.topic, events)
+        try:
+            with self._lock:
+                if self._producer is None:
+                    self._producer = make_producer(
+                        self.bootstrap, self.settings, timeout_s=self.timeout_s
+                    )
+                producer = self._producer
+            return publish_events(producer, self.topic, events, self.timeout_s)
+        except KafkaError as exc:
+            # Some events may still be delivered later: a retry with the same event ids is safe.
+            raise TransientError(f"the broker did not accept the events: {exc}") from exc
 
     def close(self) -> None:
         """Flush and close the producer if one was made."""
         with self._lock:
             if self._producer is not None:
-                self._producer.close()
+                self._producer.close(timeout=self.timeout_s)
                 self._producer = None

@@ -72,7 +72,7 @@ _RELS = Filtered.of(
     "SELECT r.source_id, r.target_id, r.type, r.weight, r.description FROM relationships r"
     " WHERE r.source_id = ANY(:e) OR r.target_id = ANY(:e)"
     " ORDER BY r.weight DESC, r.id LIMIT :n",
-    "SELECT r.source_id, r.target_id, r.type, v.w, v.x FROM relationships r"
+    "SELECT r.source_id, r.target_id, r.type, v.w, v.x FROM relationships r"  # noqa: S608 - visibility fragments are constants
     " CROSS JOIN LATERAL "
     + visible_evidence("r.id")
     + " v WHERE (r.source_id = ANY(:e) OR r.target_id = ANY(:e)) AND v.n > 0 AND "
@@ -87,12 +87,12 @@ _NOT_HUBS = text(
 )
 _MENTIONS = Filtered.of(
     "SELECT DISTINCT entity_id, chunk_id FROM mentions WHERE entity_id = ANY(:e)",
-    "SELECT DISTINCT m.entity_id, m.chunk_id FROM mentions m JOIN documents d"
+    "SELECT DISTINCT m.entity_id, m.chunk_id FROM mentions m JOIN documents d"  # noqa: S608 - DOC_VISIBLE is a constant
     " ON d.doc_id = m.doc_id WHERE m.entity_id = ANY(:e) AND " + DOC_VISIBLE,
 )
 _PASSAGE_ENTITIES = Filtered.of(
     "SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:c)",
-    "SELECT DISTINCT m.entity_id FROM mentions m JOIN documents d ON d.doc_id = m.doc_id"
+    "SELECT DISTINCT m.entity_id FROM mentions m JOIN documents d ON d.doc_id = m.doc_id"  # noqa: S608 - DOC_VISIBLE is a constant
     " WHERE m.chunk_id = ANY(:c) AND " + DOC_VISIBLE,
 )
 _NAMES = text("SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)")

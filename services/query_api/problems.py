@@ -3,8 +3,9 @@ answer: request validation, HTTP errors, our own problems, configuration and dat
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -14,33 +15,66 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
-from services.core.errors import ConfigurationError
+from services.core.errors import ConfigurationError, TransientError
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
+RETRY_AFTER_S = 1  # what a 429 or 503 asks the client to wait
 
 
 class Problem(Exception):
-    """An error the API answers as problem+json."""
+    """An error the API answers as problem+json (``headers``: e.g. Retry-After)."""
 
-    def __init__(self, status: int, title: str, detail: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail)
         self.status, self.title, self.detail, self.extra = status, title, detail, extra
+        self.headers = dict(headers or {})
+
+
+class ProblemResponse(JSONResponse):
+    """application/problem+json that renders whatever the input held: a lone surrogate echoed
+    from a request (an event_id, say) becomes U+FFFD instead of an encoding error."""
+
+    media_type = PROBLEM_JSON
+
+    def render(self, content: Any) -> bytes:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", "replace")
+
+
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    instance: str,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> ProblemResponse:
+    """The problem document for a request to the path ``instance``."""
+    body = {
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        **extra,
+    }
+    return ProblemResponse(body, status_code=status, headers=dict(headers or {}))
 
 
 def problem_response(
     request: Request, status: int, title: str, detail: str, **extra: Any
 ) -> JSONResponse:
     """The problem document."""
-    body = {
-        "type": "about:blank",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "instance": request.url.path,
-        **extra,
-    }
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+    return problem(status, title, detail, request.url.path, **extra)
 
 
 def validation_errors(errors: Sequence[Any]) -> list[dict[str, str]]:
@@ -64,11 +98,20 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         phrase = HTTPStatus(exc.status_code).phrase
-        return problem_response(request, exc.status_code, phrase, str(exc.detail or phrase))
+        detail = str(exc.detail or phrase)
+        return problem(exc.status_code, phrase, detail, request.url.path, exc.headers)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
-        return problem_response(request, exc.status, exc.title, exc.detail, **exc.extra)
+        return problem(
+            exc.status, exc.title, exc.detail, request.url.path, exc.headers, **exc.extra
+        )
+
+    @app.exception_handler(TransientError)
+    async def _transient(request: Request, exc: TransientError) -> JSONResponse:
+        log.warning("unavailable on %s: %s", request.url.path, exc)
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
+        return problem(503, "Service unavailable", str(exc)[:300], request.url.path, retry)
 
     @app.exception_handler(ConfigurationError)
     async def _config(request: Request, exc: ConfigurationError) -> JSONResponse:

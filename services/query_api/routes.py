@@ -13,11 +13,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
+from services.core.indexer_health import is_stalled, read_progress
 from services.core.status import database_status
-from services.query_api.auth import CallerDep
+from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.entities import entity_detail, search_entities
 from services.query_api.global_mode import list_communities
 from services.query_api.ingest import DocumentPublisher, delete_event, validate_batch
+from services.query_api.limits import LimitedQuery
 from services.query_api.paths import find_routes
 from services.query_api.problems import Problem
 from services.query_api.schemas import (
@@ -26,8 +28,9 @@ from services.query_api.schemas import (
     EntityDetail,
     EntitySummary,
     IngestAccepted,
+    NoControl,
+    NoNul,
     PathsResponse,
-    QueryRequest,
     QueryResponse,
 )
 from services.query_api.service import QueryService
@@ -59,19 +62,21 @@ ServiceDep = Annotated[QueryService, Depends(get_service)]
 PublisherDep = Annotated[DocumentPublisher, Depends(get_publisher)]
 
 
-@router.post("/v1/query", response_model=QueryResponse, tags=["query"])
-async def query(req: QueryRequest, svc: ServiceDep, caller: CallerDep) -> QueryResponse:
+@router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
+async def query(req: LimitedQuery, svc: ServiceDep, caller: CallerDep) -> QueryResponse:
     """Answer a question: auto | vector | local | global | path."""
     resp = await svc.query(req, caller)
     LATENCY.labels(mode=resp.mode_used).observe(resp.timings.get("total_ms", 0.0) / 1000)
     return resp
 
 
-@router.get("/v1/entities", tags=["graph"])
+@router.get("/v1/entities", tags=["graph"], dependencies=[QUERY])
 async def entities(
     svc: ServiceDep,
     caller: CallerDep,
-    name: Annotated[str, Query(min_length=1, max_length=200, description="Name to look up.")],
+    name: Annotated[
+        str, NoNul, Query(min_length=1, max_length=200, description="Name to look up.")
+    ],
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
 ) -> dict[str, Any]:
     """Entities whose name or alias matches, best first."""
@@ -80,7 +85,9 @@ async def entities(
     return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
 
 
-@router.get("/v1/entities/{entity_id}", response_model=EntityDetail, tags=["graph"])
+@router.get(
+    "/v1/entities/{entity_id}", response_model=EntityDetail, tags=["graph"], dependencies=[QUERY]
+)
 async def entity(
     svc: ServiceDep,
     caller: CallerDep,
@@ -95,13 +102,13 @@ async def entity(
     return found
 
 
-@router.get("/v1/paths", response_model=PathsResponse, tags=["graph"])
+@router.get("/v1/paths", response_model=PathsResponse, tags=["graph"], dependencies=[QUERY])
 async def paths(
     *,
     svc: ServiceDep,
     caller: CallerDep,
-    source: Annotated[str, Query(alias="from", min_length=1, max_length=200)],
-    target: Annotated[str, Query(alias="to", min_length=1, max_length=200)],
+    source: Annotated[str, NoNul, Query(alias="from", min_length=1, max_length=200)],
+    target: Annotated[str, NoNul, Query(alias="to", min_length=1, max_length=200)],
     k: Annotated[int, Query(ge=1, le=10)] = 3,
     max_hops: Annotated[int, Query(ge=1, le=MAX_HOPS)] = MAX_HOPS,
 ) -> PathsResponse:
@@ -126,7 +133,9 @@ async def _resolve(conn: AsyncConnection, ref: str, param: str, caller: Caller) 
     return matches[0]
 
 
-@router.get("/v1/communities", response_model=CommunitiesResponse, tags=["graph"])
+@router.get(
+    "/v1/communities", response_model=CommunitiesResponse, tags=["graph"], dependencies=[QUERY]
+)
 async def communities(
     svc: ServiceDep,
     caller: CallerDep,
@@ -142,7 +151,13 @@ async def communities(
     return CommunitiesResponse(snapshot_id=snapshot_id, level=level, communities=found)
 
 
-@router.post("/v1/documents", status_code=202, response_model=IngestAccepted, tags=["ingest"])
+@router.post(
+    "/v1/documents",
+    status_code=202,
+    response_model=IngestAccepted,
+    tags=["ingest"],
+    dependencies=[INGEST],
+)
 async def post_documents(
     request: Request,
     publisher: PublisherDep,
@@ -160,10 +175,14 @@ async def post_documents(
 
 
 @router.delete(
-    "/v1/documents/{doc_id}", status_code=202, response_model=IngestAccepted, tags=["ingest"]
+    "/v1/documents/{doc_id:path}",
+    status_code=202,
+    response_model=IngestAccepted,
+    tags=["ingest"],
+    dependencies=[INGEST],
 )
 async def delete_document(
-    publisher: PublisherDep, doc_id: Annotated[str, Path(min_length=1, max_length=512)]
+    publisher: PublisherDep, doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)]
 ) -> IngestAccepted:
     """Publish a delete event for the document."""
     event = delete_event(doc_id)
@@ -171,10 +190,14 @@ async def delete_document(
     return IngestAccepted(accepted=1, event_ids=[event["event_id"]], topic=publisher.topic)
 
 
-@router.get("/v1/status", tags=["operations"])
-async def status(svc: ServiceDep) -> dict[str, Any]:
-    """Row counts and the published snapshot."""
-    return await database_status(svc.engine)
+@router.get("/v1/status", tags=["operations"], dependencies=[ADMIN])
+async def status(request: Request, svc: ServiceDep) -> dict[str, Any]:
+    """Row counts, the published snapshot, and the indexer's progress, lag and stalls."""
+    return await database_status(
+        svc.engine,
+        bootstrap=get_publisher(request).bootstrap,
+        stall_after_s=request.app.state.settings.indexer_stall_after_s,
+    )
 
 
 @router.get("/healthz", tags=["operations"])
@@ -184,15 +207,21 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", tags=["operations"])
-async def readyz(svc: ServiceDep) -> JSONResponse:
-    """The database answers: queries can be served."""
+async def readyz(request: Request, svc: ServiceDep) -> JSONResponse:
+    """The database answers: queries can be served (200). The indexer's state rides along
+    (``indexer``: ok | stalled | unknown) without changing the status code: a stalled indexer
+    leaves answers stale, not impossible; /v1/status has the detail and the lag."""
     try:
         async with svc.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
+            progress = await read_progress(conn)
     except Exception as exc:  # noqa: BLE001 - readiness reports any failure
         return JSONResponse(
             {"status": "unavailable", "detail": str(exc)[:300]},
             status_code=503,
         )
+    stall_after = request.app.state.settings.indexer_stall_after_s
+    stalled = any(is_stalled(p, None, stall_after) for p in progress)
+    indexer = "unknown" if not progress else "stalled" if stalled else "ok"
     database = svc.engine.url.render_as_string(hide_password=True)
-    return JSONResponse({"status": "ready", "database": database})
+    return JSONResponse({"status": "ready", "database": database, "indexer": indexer})

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Mode = Literal["vector", "local", "global", "path"]
 RequestMode = Literal["auto", "vector", "local", "global", "path"]
@@ -14,6 +15,24 @@ MAX_HOPS = 6
 
 # [source entity, relation, target entity, evidence sentence]
 Hop = tuple[str, str, str, str]
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _reject_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (U+0000)")
+    return value
+
+
+def _reject_control(value: str) -> str:
+    if _CONTROL.search(value):
+        raise ValueError("must not contain control characters (U+0000-U+001F, U+007F)")
+    return value
+
+
+# PostgreSQL text cannot hold NUL; ids (Kafka keys, event ids) hold no control characters.
+NoNul = AfterValidator(_reject_nul)
+NoControl = AfterValidator(_reject_control)
 
 
 class QueryRequest(BaseModel):
@@ -21,15 +40,19 @@ class QueryRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(
-        min_length=1, max_length=MAX_QUESTION_CHARS, description="The question (≤ 2000 chars)."
+    question: Annotated[str, NoNul] = Field(
+        min_length=1,
+        max_length=MAX_QUESTION_CHARS,
+        description="The question (≤ 2000 chars, or KGSTREAM_QUERY_MAX_QUESTION_CHARS); no NUL.",
     )
     mode: RequestMode = Field(
         default="auto",
         description="auto (routed), vector (dense + BM25), local (entity graph), global "
         "(community summaries), path (paths between two named entities).",
     )
-    k: int = Field(default=5, ge=1, le=MAX_K, description="Contexts to return (1-50).")
+    k: int = Field(
+        default=5, ge=1, le=MAX_K, description="Contexts to return (1-50, or KGSTREAM_QUERY_MAX_K)."
+    )
     level: int | None = Field(
         default=None,
         ge=0,

@@ -11,12 +11,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import openai
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
-from services.core.llm.client import make_openai_client
 from services.core.settings import Settings
 from services.query_api import answer as answers
 from services.query_api import router
@@ -278,13 +278,13 @@ def build_query_service(
     embedder: Embedder,
     extractor: Extractor,
     executor: Executor,
+    *,
+    client: openai.OpenAI | None = None,
 ) -> QueryService:
-    """A QueryService with the configured knobs and, when an endpoint is set, the LLM."""
+    """A QueryService with the configured knobs and, given the process's client, the LLM."""
     llm: ChatModel | None = None
-    if settings.openai_base_url:
-        llm = OpenAIChat(
-            make_openai_client(settings), settings.llm_model, settings.llm_max_attempts
-        )
+    if client is not None:
+        llm = OpenAIChat(client, settings.llm_model, settings.llm_max_attempts)
     return QueryService(
         engine=engine,
         embedder=embedder,

@@ -22,13 +22,13 @@ DOC_VISIBLE = (
     "(d.tenant IS NOT DISTINCT FROM CAST(:v_tenant AS text)"
     " AND (d.acl IS NULL OR d.acl && CAST(:v_groups AS text[])))"
 )
-VISIBLE_DOC_IDS = "SELECT d.doc_id FROM documents d WHERE " + DOC_VISIBLE
+VISIBLE_DOC_IDS = "SELECT d.doc_id FROM documents d WHERE " + DOC_VISIBLE  # noqa: S608 - DOC_VISIBLE is a constant
 
 
 def entity_visible(entity: str) -> str:
     """SQL: the entity (a column expression) has a mention in a visible document."""
     return (
-        "EXISTS (SELECT 1 FROM mentions vm JOIN documents d ON d.doc_id = vm.doc_id"
+        "EXISTS (SELECT 1 FROM mentions vm JOIN documents d ON d.doc_id = vm.doc_id"  # noqa: S608 - column names from constants; values bound
         f" WHERE vm.entity_id = {entity} AND {DOC_VISIBLE})"
     )
 
@@ -37,7 +37,7 @@ def alias_visible(alias: str) -> str:
     """SQL: the alias row (table alias given) is the surface of a mention in a visible document,
     so a restricted caller finds an entity only by the names its visible documents use."""
     return (
-        "EXISTS (SELECT 1 FROM mentions vm JOIN documents d ON d.doc_id = vm.doc_id"
+        "EXISTS (SELECT 1 FROM mentions vm JOIN documents d ON d.doc_id = vm.doc_id"  # noqa: S608 - column names from constants; values bound
         f" WHERE vm.entity_id = {alias}.entity_id AND vm.surface = {alias}.alias"
         f" AND {DOC_VISIBLE})"
     )
@@ -46,7 +46,7 @@ def alias_visible(alias: str) -> str:
 def relationship_visible(rel: str, source: str, target: str) -> str:
     """SQL: the relationship has evidence in a visible document and both ends are visible."""
     return (
-        "EXISTS (SELECT 1 FROM relationship_evidence vev JOIN documents d"
+        "EXISTS (SELECT 1 FROM relationship_evidence vev JOIN documents d"  # noqa: S608 - column names from constants; values bound
         f" ON d.doc_id = vev.doc_id WHERE vev.relationship_id = {rel} AND {DOC_VISIBLE})"
         f" AND {ends_visible(source, target)}"
     )
@@ -61,7 +61,7 @@ def visible_evidence(rel: str) -> str:
     """SQL (a LATERAL subquery): weight ``w``, count ``n`` and description ``x`` of the
     relationship rebuilt from its evidence in visible documents (the indexer's rule)."""
     return (
-        "(SELECT sum(vev.strength) AS w, count(*) AS n,"
+        "(SELECT sum(vev.strength) AS w, count(*) AS n,"  # noqa: S608 - column names from constants; values bound
         " coalesce(left(string_agg(vev.sentence, ' ' ORDER BY vev.doc_id, vev.sentence), 2000),"
         " '') AS x FROM relationship_evidence vev JOIN documents d ON d.doc_id = vev.doc_id"
         f" WHERE vev.relationship_id = {rel} AND {DOC_VISIBLE})"
@@ -74,9 +74,9 @@ def community_visible(community: str) -> str:
     snapshot (``:s``) through a document the caller cannot see now (a deleted or rewritten
     document may have written the summary). Statements using it bind ``:s``."""
     member = f"cm.snapshot_id = {community}.snapshot_id AND cm.community_id = {community}.id"
-    hidden = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND " + DOC_VISIBLE + ")"
+    hidden = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND " + DOC_VISIBLE + ")"  # noqa: S608 - DOC_VISIBLE is a constant
     return (
-        "EXISTS (SELECT 1 FROM community_members cm JOIN mentions m ON m.entity_id = cm.entity_id"
+        "EXISTS (SELECT 1 FROM community_members cm JOIN mentions m ON m.entity_id = cm.entity_id"  # noqa: S608 - column names from constants; values bound
         f" WHERE {member})"
         " AND NOT EXISTS (SELECT 1 FROM community_members cm JOIN mentions m"
         f" ON m.entity_id = cm.entity_id WHERE {member} AND {hidden.format(doc='m.doc_id')})"
@@ -138,7 +138,7 @@ _FACTS = Filtered.of(
     "SELECT e.id, e.name, e.type, e.mention_count, e.description,"
     " coalesce((SELECT array_agg(a.alias ORDER BY a.alias) FROM aliases a"
     "  WHERE a.entity_id = e.id), '{}') FROM entities e WHERE e.id = ANY(:e)",
-    "WITH vm AS (SELECT m.entity_id, m.surface, m.type, m.doc_id, m.sentence FROM mentions m"
+    "WITH vm AS (SELECT m.entity_id, m.surface, m.type, m.doc_id, m.sentence FROM mentions m"  # noqa: S608 - DOC_VISIBLE is a constant
     "  JOIN documents d ON d.doc_id = m.doc_id WHERE m.entity_id = ANY(:e) AND "
     + DOC_VISIBLE
     + "),"

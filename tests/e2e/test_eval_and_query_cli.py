@@ -6,14 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from services.core.infra.manager import Endpoints
 from services.core.infra.ports import free_port
@@ -21,6 +18,7 @@ from services.core.settings import Settings
 from services.query_api.app import create_app
 from tests.conftest import Infra
 from tests.support.cli import env_for
+from tests.support.server import serving
 
 pytestmark = pytest.mark.e2e
 SAMPLE = Path(__file__).resolve().parents[2] / "services" / "cli" / "sample"
@@ -72,17 +70,8 @@ def running_api(community_db: str, infra: Infra) -> Iterator[Settings]:
         kafka_bootstrap_servers=infra.bootstrap,
         api_port=port,
     )
-    app = create_app(settings, Endpoints(community_db, infra.bootstrap))
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert server.started
-    yield settings
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app(settings, Endpoints(community_db, infra.bootstrap)), port):
+        yield settings
 
 
 def local_queries(port: int) -> float:

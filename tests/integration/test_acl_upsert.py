@@ -72,10 +72,6 @@ def service(
     return build_query_service(settings, deps.engine, embedder, extractor, cpu_pool)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the indexer to apply ACL/tenant changes of an unchanged document (main)",
-)
 async def test_acl_change_on_upsert_takes_effect_without_rebuild(
     deps: IndexerDeps, service: QueryService
 ) -> None:

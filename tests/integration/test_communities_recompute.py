@@ -20,14 +20,15 @@ from sqlalchemy import text
 from services.communities.app import build_writer, leiden_config
 from services.communities.lock import libpq_url, recompute_lock
 from services.communities.policy import Policy
-from services.communities.ratio import read_change_state
 from services.communities.recompute import RecomputeDeps
 from services.communities.reports import ExtractiveWriter
 from services.communities.snapshots import kafka_announcer
 from services.communities.worker import run_now, tick
+from services.core.change_state import read_change_state
 from services.core.contracts import schema_errors
 from services.core.db.engine import make_engine
 from services.core.embedding import Embedder
+from services.core.llm.client import process_client
 from services.core.settings import Settings
 from services.core.status import database_status
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
@@ -232,7 +233,7 @@ async def test_small_change_regenerates_only_changed_reports(
 ) -> None:
     openai_stub.chat_handler = report_json
     llm = Settings(openai_base_url=openai_stub.base_url, community_reports="llm", llm_model="m")
-    writer = build_writer(llm)
+    writer = build_writer(llm, process_client(llm))
     assert writer is not None
     deps = dataclasses.replace(community_deps, writer=writer)
     first = await run_now(deps)

@@ -35,8 +35,7 @@ from services.core.embedding import Embedder, OnnxMiniLmEmbedder
 from services.core.extraction import Extraction, Extractor, SpacyExtractor
 from services.core.normalize import entity_key
 from services.core.settings import Settings
-from services.indexer.graph_writer import with_title
-from services.indexer.resolution import type_group
+from services.indexer.resolution import type_group, with_title
 from tests.conftest import Infra
 from tests.support.graph import (
     apply_events,

@@ -6,49 +6,18 @@ import json
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
-from sqlalchemy import text
 
-from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
+from services.indexer.handlers import IndexerDeps, handle_record
+from tests.support.records import dlq_messages, record, rows
+from tests.support.records import document_event as event
 
 pytestmark = pytest.mark.integration
-
-NOLAN = (
-    "Marie Curie was a physicist. Marie Curie worked in Paris with Pierre Curie. "
-    "Marie Curie met Albert Einstein in Brussels."
-)
-
-
-def event(**overrides: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "event_id": "e1",
-        "type": "upsert",
-        "doc_id": "doc-curie",
-        "title": "Marie Curie",
-        "text": NOLAN,
-        "occurred_at": "2024-01-01T00:00:00Z",
-    }
-    base.update(overrides)
-    return base
-
-
-_offset = iter(range(1_000_000))
-
-
-def record(obj: dict[str, Any] | bytes, topic: str = "docs") -> RawRecord:
-    value = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-    return RawRecord(topic=topic, partition=0, offset=next(_offset), key=b"k", value=value)
-
-
-async def rows(deps: IndexerDeps, sql: str, **params: Any) -> list[Any]:
-    async with deps.engine.connect() as conn:
-        return list((await conn.execute(text(sql), params)).all())
 
 
 async def counts(deps: IndexerDeps) -> dict[str, int]:
     out = {}
     for table in ("documents", "chunks", "entities", "relationships", "mentions", "graph_changes"):
-        out[table] = (await rows(deps, f"SELECT count(*) FROM {table}"))[0][0]
+        out[table] = (await rows(deps, f"SELECT count(*) FROM {table}"))[0][0]  # noqa: S608 - table names from a constant tuple
     return out
 
 
@@ -162,11 +131,7 @@ async def test_bad_records_are_dead_lettered(
     assert await handle_record(deps, rec) == "dead_lettered"
     stored = await rows(deps, 'SELECT reason, raw, "offset" FROM dead_letters')
     assert [(r[0], bytes(r[1]), r[2]) for r in stored] == [(reason, payload, rec.offset)]
-    consumer = KafkaConsumer(bootstrap_servers=infra.bootstrap, consumer_timeout_ms=5000)
-    consumer.assign([TopicPartition(settings.dlq_topic, 0)])
-    consumer.seek_to_beginning()
-    messages = [json.loads(m.value) for m in consumer]
-    consumer.close()
+    messages = [json.loads(m) for m in dlq_messages(infra.bootstrap, settings.dlq_topic)]
     assert [m["reason"] for m in messages] == [reason]
     assert messages[0]["source"]["offset"] == rec.offset
 

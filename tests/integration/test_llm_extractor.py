@@ -15,6 +15,7 @@ from sqlalchemy import text
 from services.core.embedding import OpenAIEmbedder
 from services.core.errors import PermanentError, TransientError
 from services.core.llm import OpenAIExtractor, make_openai_client
+from services.core.llm.client import process_client
 from services.core.llm.extractor import GLEANING_PROMPT
 from services.core.models import build_extractor
 from services.core.settings import Settings
@@ -263,7 +264,7 @@ def test_build_extractor_uses_the_configured_endpoint(openai_stub: OpenAIStub) -
     settings = Settings(
         extractor_backend="openai", openai_base_url=openai_stub.base_url, llm_model=MODEL
     )
-    ex = build_extractor(settings)
+    ex = build_extractor(settings, process_client(settings))
     assert isinstance(ex, OpenAIExtractor)
     assert ex.extract([TEXT])[0].usage is not None
     assert openai_stub.requests_to(CHAT)[0].body["model"] == MODEL

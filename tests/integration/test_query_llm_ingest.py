@@ -20,6 +20,7 @@ from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.infra.topics import ensure_topics
+from services.core.llm.client import process_client
 from services.core.settings import Settings
 from services.query_api import answer, router
 from services.query_api.app import create_app
@@ -53,7 +54,12 @@ async def llm_service(
     openai_stub.chat_handler = fake_llm
     settings = Settings(database_url=community_db, openai_base_url=openai_stub.base_url)
     service = build_query_service(
-        settings, make_engine(community_db), embedder, extractor, cpu_pool
+        settings,
+        make_engine(community_db),
+        embedder,
+        extractor,
+        cpu_pool,
+        client=process_client(settings),
     )
     yield service
     await service.engine.dispose()

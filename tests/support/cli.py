@@ -20,6 +20,8 @@ def env_for(settings: Settings) -> dict[str, str]:
         "KGSTREAM_DLQ_TOPIC": settings.dlq_topic,
         "KGSTREAM_SNAPSHOTS_TOPIC": settings.snapshots_topic,
         "KGSTREAM_CONSUMER_GROUP": settings.consumer_group,
+        "KGSTREAM_MAX_DOCUMENT_BYTES": str(settings.max_document_bytes),
+        "KGSTREAM_INDEXER_STALL_AFTER_S": str(settings.indexer_stall_after_s),
         "KGSTREAM_LOG_LEVEL": "WARNING",
     }
 

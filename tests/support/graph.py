@@ -56,12 +56,12 @@ _CANONICAL: dict[str, str] = {
         "SELECT e.name, a.alias, a.alias_key FROM aliases a JOIN entities e ON e.id = a.entity_id"
     ),
     "relationships": (
-        f"SELECT {_ENDPOINTS}, r.type, round(r.weight::numeric, 6), r.evidence_count,"
+        f"SELECT {_ENDPOINTS}, r.type, round(r.weight::numeric, 6), r.evidence_count,"  # noqa: S608 - _ENDPOINTS is a constant
         " r.description FROM relationships r JOIN entities s ON s.id = r.source_id"
         " JOIN entities t ON t.id = r.target_id"
     ),
     "evidence": (
-        f"SELECT {_ENDPOINTS}, r.type, v.doc_id, c.content_hash,"
+        f"SELECT {_ENDPOINTS}, r.type, v.doc_id, c.content_hash,"  # noqa: S608 - _ENDPOINTS is a constant
         " round(v.strength::numeric, 6), v.sentence FROM relationship_evidence v"
         " JOIN relationships r ON r.id = v.relationship_id"
         " JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-FaultKind = Literal["429", "500", "400", "timeout", "malformed"]
+FaultKind = Literal["429", "500", "400", "401", "timeout", "disconnect", "malformed"]
 ChatHandler = Callable[[dict[str, Any]], str]
 
 _CAPITALISED_RUN = re.compile(r"\b[A-Z][\w'’-]*(?:[ \t]+[A-Z][\w'’-]*)*")
@@ -206,6 +206,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(500, "server_error", "The server had an error")
         elif kind == "400":
             self._error(400, "invalid_request_error", "Invalid request")
+        elif kind == "401":
+            self._error(401, "invalid_api_key", "Incorrect API key provided")
+        elif kind == "disconnect":
+            self.close_connection = True  # no answer at all: the client sees a dropped connection
         elif kind == "timeout":
             self.stub._hang()
             self.close_connection = True

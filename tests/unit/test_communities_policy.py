@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from services.communities.policy import Policy, decide
-from services.communities.ratio import ChangeState, change_ratio
+from services.core.change_state import ChangeState, change_ratio
 
 POLICY = Policy(threshold=0.10, min_interval_s=30, max_staleness_s=3600)
 QUIET = ChangeState(

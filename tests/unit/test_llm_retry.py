@@ -11,11 +11,11 @@ import openai
 import pytest
 
 from services.core.errors import TransientError
+from services.core.failures import is_transient
 from services.core.llm.client import (
     MAX_BACKOFF_S,
     MAX_RETRY_AFTER_S,
     call_with_retries,
-    is_transient,
     retry_after_s,
 )
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.core.errors import KgstreamError
 
-class InfraError(RuntimeError):
+
+class InfraError(KgstreamError):
     """An embedded server could not be started, stopped or reached."""
 
 

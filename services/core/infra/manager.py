@@ -198,7 +198,13 @@ def infra_up(settings: Settings, *, create_topics: bool = True) -> InfraState:
             state["broker"] = _start_broker(settings, state.get("broker"))
             _write_state(settings, state)
     if create_topics:
-        ensure_topics(resolve_endpoints(settings).kafka_bootstrap_servers, default_topics(settings))
+        from services.core.producer import topic_max_message_bytes  # noqa: PLC0415 (kafka: slow)
+
+        ensure_topics(
+            resolve_endpoints(settings).kafka_bootstrap_servers,
+            default_topics(settings),
+            max_message_bytes=topic_max_message_bytes(settings),
+        )
     return infra_status(settings)
 
 

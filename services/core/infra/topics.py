@@ -10,10 +10,19 @@ from typing import Any
 from services.core.infra.errors import InfraError
 
 
-def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30.0) -> None:
+def ensure_topics(
+    bootstrap: str,
+    topics: Mapping[str, int],
+    timeout: float = 30.0,
+    *,
+    max_message_bytes: int | None = None,
+) -> None:
     """Create the missing ``topics`` (name -> partitions) and wait until metadata lists them.
 
-    Existing topics are left as they are, whatever their partition count.
+    ``max_message_bytes`` sets the new topics' ``max.message.bytes`` (pass
+    ``services.core.producer.topic_max_message_bytes(settings)`` so that every record our
+    producers may send fits). Existing topics are left as they are, whatever their partition
+    count and limits.
     """
     from kafka import KafkaAdminClient  # noqa: PLC0415  (slow import, only when needed)
     from kafka.admin import NewTopic  # noqa: PLC0415
@@ -33,6 +42,7 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
         raise InfraError(f"cannot reach the Kafka broker at {bootstrap}: {exc}") from exc
     try:
         existing = set(admin.list_topics())
+        configs = {} if max_message_bytes is None else {"max.message.bytes": str(max_message_bytes)}
         for name, partitions in topics.items():
             if name in existing:
                 continue
@@ -40,7 +50,9 @@ def ensure_topics(bootstrap: str, topics: Mapping[str, int], timeout: float = 30
             # which would hide whether the other topics were created.
             # Created concurrently by another process: fine.
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, partitions, 1)], timeout_ms=ms)
+                admin.create_topics(
+                    [NewTopic(name, partitions, 1, topic_configs=configs)], timeout_ms=ms
+                )
         _wait_for(admin, set(topics), bootstrap, timeout)
     except KafkaError as exc:
         raise InfraError(f"cannot create topics {sorted(topics)} on {bootstrap}: {exc}") from exc

@@ -15,6 +15,7 @@ from typing import TypeVar
 import openai
 
 from services.core.errors import TransientError
+from services.core.failures import is_transient
 from services.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -27,28 +28,20 @@ MAX_RETRY_AFTER_S = 30.0
 MAX_BACKOFF_S = 20.0
 
 
+def process_client(settings: Settings) -> openai.OpenAI | None:
+    """The process's one client (composition roots call this once), or None when offline."""
+    return make_openai_client(settings) if settings.openai_base_url else None
+
+
 def make_openai_client(settings: Settings) -> openai.OpenAI:
-    """A synchronous client for the configured endpoint, without SDK-level retries."""
+    """A synchronous client for the configured endpoint, without SDK-level retries: every call
+    goes through ``call_with_retries`` with the transient/permanent predicate."""
     return openai.OpenAI(
         base_url=settings.openai_base_url,
         api_key=settings.openai_api_key.get_secret_value(),
         timeout=settings.llm_timeout_s,
         max_retries=0,
     )
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for errors the same request may survive later: 408, 429, 5xx, timeouts, lost
-    connections. Other 4xx (bad request, auth, not found) are permanent."""
-    if isinstance(exc, TransientError | TimeoutError | ConnectionError):
-        return True
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        # 408 is the server's own timeout report, so it is a timeout like ours.
-        return status in (408, 429) or status >= 500
-    return False
 
 
 def retry_after_s(exc: BaseException) -> float | None:

@@ -15,7 +15,7 @@ from openai.types.completion_usage import CompletionUsage
 from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, ValidationError
 
-from services.core.errors import PermanentError
+from services.core.errors import KgstreamError, PermanentError
 from services.core.extraction import (
     ExtractedEntity,
     ExtractedRelation,
@@ -23,7 +23,8 @@ from services.core.extraction import (
     Extractor,
     TokenUsage,
 )
-from services.core.llm.client import call_with_retries, is_transient
+from services.core.failures import is_transient
+from services.core.llm.client import call_with_retries
 
 SYSTEM_PROMPT = """\
 You build a knowledge graph from the text the user sends.
@@ -90,7 +91,7 @@ _TYPE_SEPARATORS = re.compile(r"[^0-9A-Za-z]+")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
-class MalformedOutputError(ValueError):
+class MalformedOutputError(KgstreamError):
     """The model answered, but not with JSON of the requested shape."""
 
 

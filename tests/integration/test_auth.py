@@ -1,0 +1,318 @@
+"""API keys against the real database and broker: 401 vs 403 vs success for every route (taken
+from the app, so a new route without a scope decision fails here), the auth modes, revocation,
+and that only hashes of keys are stored."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from sqlalchemy import text
+from starlette.routing import BaseRoute
+
+from services.core.api_keys import create_key, list_keys, new_key, revoke_key, verify_key
+from services.core.db.engine import make_engine
+from services.core.embedding import OnnxMiniLmEmbedder
+from services.core.errors import ConfigurationError
+from services.core.extraction import SpacyExtractor
+from services.core.infra.manager import Endpoints
+from services.core.settings import Settings
+from services.query_api.app import create_app
+from services.query_api.auth import QUERY, CallerDep
+from services.query_api.service import build_query_service
+from tests.conftest import Infra
+from tests.support.query_fixtures import clone_database
+
+pytestmark = pytest.mark.integration
+PROBLEM = "application/problem+json"
+ANY_HOST = "0.0.0.0"  # noqa: S104 - the address that must not serve without keys
+EVENT = {"event_id": "auth-1", "type": "upsert", "doc_id": "auth-doc", "text": "Hello.",
+         "occurred_at": "2024-01-01T00:00:00Z"}  # fmt: skip
+
+# Every route of the app and the scope it needs (None: open). A route missing here fails
+# test_every_route_has_a_scope_decision: decide its scope in routes.py and add it here.
+SCOPES: dict[tuple[str, str], str | None] = {
+    ("POST", "/v1/query"): "query",
+    ("GET", "/v1/entities"): "query",
+    ("GET", "/v1/entities/{entity_id}"): "query",
+    ("GET", "/v1/paths"): "query",
+    ("GET", "/v1/communities"): "query",
+    ("POST", "/v1/documents"): "ingest",
+    ("DELETE", "/v1/documents/{doc_id}"): "ingest",
+    ("GET", "/v1/status"): "admin",
+    ("GET", "/healthz"): None,
+    ("GET", "/readyz"): None,
+    ("GET", "/metrics"): None,
+}
+# A key with every scope but the one asked for (admin implies all, so never admin).
+OTHER = {"query": ("ingest",), "ingest": ("query",), "admin": ("query", "ingest")}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The cloned sample database and two related entities in it."""
+
+    url: str
+    source: int
+    target: int
+
+
+def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
+    """A request that succeeds (200/202) on the sample database, per route."""
+    return {
+        ("POST", "/v1/query"): {"url": "/v1/query", "json": {"question": "Leland", "k": 2}},
+        ("GET", "/v1/entities"): {"url": "/v1/entities", "params": {"name": "Leland"}},
+        ("GET", "/v1/entities/{entity_id}"): {"url": f"/v1/entities/{sample.source}"},
+        ("GET", "/v1/paths"): {
+            "url": "/v1/paths",
+            "params": {"from": sample.source, "to": sample.target, "max_hops": 2},
+        },
+        ("GET", "/v1/communities"): {"url": "/v1/communities"},
+        ("POST", "/v1/documents"): {"url": "/v1/documents", "json": EVENT},
+        ("DELETE", "/v1/documents/{doc_id}"): {"url": "/v1/documents/auth-doc"},
+        ("GET", "/v1/status"): {"url": "/v1/status"},
+        ("GET", "/healthz"): {"url": "/healthz"},
+        ("GET", "/readyz"): {"url": "/readyz"},
+        ("GET", "/metrics"): {"url": "/metrics"},
+    }
+
+
+def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """(method, path) of every API route, also inside included routers (FastAPI 0.165 keeps
+    an included router as one entry of ``app.routes`` holding ``original_router``)."""
+    found: set[tuple[str, str]] = set()
+    pending: list[BaseRoute] = list(app.routes)
+    while pending:
+        route = pending.pop()
+        if isinstance(route, APIRoute):
+            path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)  # as OpenAPI names it
+            found.update((m, path) for m in (route.methods or set()) - {"HEAD"})
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            pending.extend(included.routes)
+    assert found >= {(m.upper(), p) for p, ops in app.openapi()["paths"].items() for m in ops}
+    return found
+
+
+@pytest.fixture(scope="module")
+async def auth_db(sample_db: str) -> Sample:
+    """The indexed sample, cloned so that this module's keys stay here."""
+    url = clone_database(sample_db, sample_db.rsplit("/", 1)[1])
+    engine = make_engine(url)
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text("SELECT source_id, target_id FROM relationships ORDER BY id LIMIT 1")
+            )
+        ).one()
+    await engine.dispose()
+    return Sample(url, int(row.source_id), int(row.target_id))
+
+
+ClientFactory = Callable[..., Any]
+
+
+@pytest.fixture
+def make_client(
+    *,
+    auth_db: Sample,
+    infra: Infra,
+    topics: dict[str, str],
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> ClientFactory:
+    """``async with make_client(auth="required") as (client, app):`` an in-process API."""
+
+    @asynccontextmanager
+    async def make(**overrides: Any) -> AsyncIterator[tuple[httpx.AsyncClient, FastAPI]]:
+        settings = Settings(
+            home=infra.home,
+            database_url=auth_db.url,
+            kafka_bootstrap_servers=infra.bootstrap,
+            documents_topic=topics["documents"],
+            **overrides,
+        )
+        engine = make_engine(auth_db.url)
+        service = build_query_service(settings, engine, embedder, extractor, cpu_pool)
+        app = create_app(settings, Endpoints(auth_db.url, infra.bootstrap), service=service)
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+                app.state.sample = auth_db
+                yield client, app
+        finally:
+            await asyncio.to_thread(app.state.publisher.close)
+            await engine.dispose()
+
+    return make
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def call(
+    client: httpx.AsyncClient, app: FastAPI, route: tuple[str, str], headers: dict[str, str]
+) -> httpx.Response:
+    spec = dict(requests_for(app.state.sample)[route])
+    return await client.request(route[0], spec.pop("url"), headers=headers, **spec)
+
+
+def assert_problem(resp: httpx.Response, status: int, route: tuple[str, str], why: str) -> None:
+    assert resp.status_code == status, (route, why, resp.status_code, resp.text)
+    assert resp.headers["content-type"].startswith(PROBLEM), (route, why)
+    body = resp.json()
+    assert body["status"] == status
+    assert "Traceback" not in resp.text
+    if status == 401:
+        assert resp.headers["www-authenticate"].startswith("Bearer"), (route, why)
+
+
+async def test_every_route_has_a_scope_decision(make_client: ClientFactory) -> None:
+    async with make_client(auth="required") as (_, app):
+        assert app_routes(app) == set(SCOPES), "decide the scope of new routes (see SCOPES)"
+
+
+async def test_401_403_and_success_for_every_route(make_client: ClientFactory) -> None:
+    async with make_client(auth="required", auth_cache_ttl_s=0) as (client, app):
+        engine = app.state.service.engine
+        keys = {s: (await create_key(engine, [s], name=s))[1] for s in ("query", "ingest")}
+        keys["admin"] = (await create_key(engine, ["admin"], tenant="ops"))[1]
+        others = {s: (await create_key(engine, OTHER[s]))[1] for s in OTHER}
+        revoked_row, revoked = await create_key(engine, ["admin"])
+        await revoke_key(engine, revoked_row.id)
+        unknown = new_key()[0]
+        refused = {
+            "no key": {},
+            "unknown key": bearer(unknown),
+            "malformed key": bearer("not-a-kgstream-key"),
+            "wrong secret": bearer(keys["query"][:-4] + "AAAA"),
+            "empty bearer": {"Authorization": "Bearer"},
+            "basic scheme": {"Authorization": "Basic dXNlcjpwYXNz"},
+            "revoked key": bearer(revoked),
+        }
+        for route in sorted(app_routes(app)):
+            scope = SCOPES[route]
+            ok = 202 if route[1].startswith("/v1/documents") else 200
+            if scope is None:
+                resp = await call(client, app, route, {})
+                assert resp.status_code == 200, (route, resp.text)
+                continue
+            for why, headers in refused.items():
+                assert_problem(await call(client, app, route, headers), 401, route, why)
+            assert_problem(
+                await call(client, app, route, bearer(others[scope])), 403, route, "scope"
+            )
+            for holder in (scope, "admin"):
+                resp = await call(client, app, route, bearer(keys[holder]))
+                assert resp.status_code == ok, (route, holder, resp.text)
+
+
+async def test_auto_on_loopback_serves_anonymous_callers_least_privilege(
+    make_client: ClientFactory,
+) -> None:
+    async with make_client() as (client, app):
+        engine = app.state.service.engine
+
+        async def whoami(caller: CallerDep) -> dict[str, Any]:
+            return {**caller.__dict__, "groups": sorted(caller.groups)}
+
+        app.add_api_route("/test/whoami", whoami, dependencies=[QUERY])
+
+        anonymous = await client.get("/test/whoami")
+        assert anonymous.json() == {"tenant": None, "groups": [], "admin": False, "key_id": None}
+        assert (await client.get("/v1/communities")).status_code == 200
+        assert (await client.get("/docs")).status_code == 200
+        assert (await client.get("/openapi.json")).status_code == 200
+
+        row, key = await create_key(engine, ["query"], tenant="acme", groups=["hr", "eng"])
+        mine = await client.get("/test/whoami", headers=bearer(key))
+        assert mine.json() == {"tenant": "acme", "groups": ["eng", "hr"], "admin": False,
+                               "key_id": row.id}  # fmt: skip
+        admin_row, admin = await create_key(engine, ["admin"], tenant="ignored")
+        assert (await client.get("/test/whoami", headers=bearer(admin))).json() == {
+            "tenant": None, "groups": [], "admin": True, "key_id": admin_row.id}  # fmt: skip
+        assert_problem(await client.get("/test/whoami", headers=bearer("bad")), 401, ("", ""), "")
+        ingest_only = (await create_key(engine, ["ingest"]))[1]
+        assert_problem(
+            await client.get("/v1/communities", headers=bearer(ingest_only)), 403, ("", ""), ""
+        )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"api_host": ANY_HOST}, {"api_host": "10.1.2.3"}, {"auth": "required"}],
+    ids=["auto-any-address", "auto-lan-address", "required-loopback"],
+)
+async def test_keys_required(make_client: ClientFactory, overrides: dict[str, Any]) -> None:
+    async with make_client(**overrides) as (client, app):
+        assert_problem(await client.get("/v1/communities"), 401, ("", ""), "no key")
+        for open_path in ("/healthz", "/readyz", "/metrics"):
+            assert (await client.get(open_path)).status_code == 200
+        for docs in ("/docs", "/redoc", "/openapi.json"):
+            assert (await client.get(docs)).status_code == 404
+        key = (await create_key(app.state.service.engine, ["query"]))[1]
+        assert (await client.get("/v1/communities", headers=bearer(key))).status_code == 200
+
+
+async def test_docs_follow_their_setting(make_client: ClientFactory) -> None:
+    async with make_client(auth="required", api_docs="on") as (client, _):
+        assert (await client.get("/openapi.json")).status_code == 200
+    async with make_client(api_docs="off") as (client, _):
+        assert (await client.get("/docs")).status_code == 404
+
+
+async def test_auth_off_on_a_public_address_refuses_to_start(make_client: ClientFactory) -> None:
+    with pytest.raises(ConfigurationError, match=r"refusing to start the query API on 0\.0\.0\.0"):
+        async with make_client(auth="off", api_host=ANY_HOST):
+            pass
+    async with make_client(auth="off", api_host=ANY_HOST, auth_allow_insecure=True) as (c, _):
+        assert (await c.get("/v1/communities")).status_code == 200
+
+
+async def test_revocation_takes_effect_within_the_cache_ttl(make_client: ClientFactory) -> None:
+    async with make_client(auth="required", auth_cache_ttl_s=0.5) as (client, app):
+        engine = app.state.service.engine
+        row, key = await create_key(engine, ["query"])
+        assert (await client.get("/v1/communities", headers=bearer(key))).status_code == 200
+        await revoke_key(engine, row.id)
+        # still remembered by this process for at most the TTL
+        assert (await client.get("/v1/communities", headers=bearer(key))).status_code == 200
+        await asyncio.sleep(0.6)
+        resp = await client.get("/v1/communities", headers=bearer(key))
+        assert_problem(resp, 401, ("", ""), "revoked")
+
+
+async def test_only_hashes_are_stored(auth_db: Sample) -> None:
+    engine = make_engine(auth_db.url)
+    row, key = await create_key(engine, ["query", "ingest"], tenant="t", groups=["a"], name="n")
+    secret = key[17:]
+    assert key == f"kgs_{row.lookup_id}_{secret}"
+    async with engine.connect() as conn:
+        dump = await conn.scalar(text("SELECT json_agg(k)::text FROM api_keys k"))
+        stored = await conn.scalar(
+            text("SELECT secret_hash FROM api_keys WHERE id = :id"), {"id": row.id}
+        )
+    assert secret not in str(dump)
+    assert bytes(stored) == hashlib.sha256(secret.encode()).digest()
+    verified = await verify_key(engine, key)
+    assert verified is not None
+    assert verified.id == row.id
+    assert verified.caller().tenant == "t"
+    (listed,) = [k for k in await list_keys(engine) if k.id == row.id]
+    assert listed.last_used_at is not None
+    assert await verify_key(engine, key[:-1] + ("A" if key[-1] != "A" else "B")) is None
+    await revoke_key(engine, row.id)
+    assert await verify_key(engine, key) is None
+    await engine.dispose()
