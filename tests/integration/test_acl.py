@@ -18,12 +18,14 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.access import Caller
+from services.core.api_keys import create_key
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
@@ -157,6 +159,7 @@ class Env:
     service: QueryService
     corpus: Corpus
     box: CallerBox
+    keyed: httpx.AsyncClient  # the same database behind KGSTREAM_AUTH=required
 
     @property
     def engine(self) -> AsyncEngine:
@@ -221,6 +224,13 @@ async def _corpus(engine: AsyncEngine) -> Corpus:
     )
 
 
+def _app(url: str, infra: Infra, service: QueryService, **settings: Any) -> FastAPI:
+    config = Settings(
+        home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap, **settings
+    )
+    return create_app(config, Endpoints(url, infra.bootstrap), service=service)
+
+
 @pytest.fixture(scope="module")
 async def env(
     community_db: str,
@@ -232,12 +242,16 @@ async def env(
     url = clone_database(community_db, community_db.rsplit("/", 1)[1])
     settings = Settings(home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap)
     service = build_query_service(settings, make_engine(url), embedder, extractor, cpu_pool)
-    app = create_app(settings, Endpoints(url, infra.bootstrap), service=service)
+    app = _app(url, infra, service)
     box = CallerBox()
     app.dependency_overrides[get_caller] = lambda: box.caller
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-        yield Env(client, service, await _corpus(service.engine), box)
+    keyed = _app(url, infra, service, auth="required")  # callers from real API keys
+    transport, keyed_transport = httpx.ASGITransport(app=app), httpx.ASGITransport(app=keyed)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://api") as client,
+        httpx.AsyncClient(transport=keyed_transport, base_url="http://api") as keyed_client,
+    ):
+        yield Env(client, service, await _corpus(service.engine), box, keyed_client)
     await service.engine.dispose()
 
 
@@ -411,3 +425,33 @@ async def test_hostile_tenant_and_group_names_are_bound_values(env: Env) -> None
     ):
         data = await env.ask(outsider, question=question, mode="local", k=10)
         assert leland not in {c["doc_id"] for c in data["contexts"]}
+
+
+async def test_api_keys_carry_tenant_and_groups(env: Env) -> None:
+    docs = env.corpus.docs
+    leland, overdrive = "hotpotqa-aebaeed5d73f", "hotpotqa-d50de2bed6aa"
+    access: dict[str, Access] = dict.fromkeys(docs, ("t2", None))
+    access |= {leland: ("t1", ["g1"]), overdrive: ("t1", ["g2"])}
+    await env.assign(access)
+    _, reader = await create_key(env.engine, ["query"], tenant="t1", groups=["g1"])
+    _, admin = await create_key(env.engine, ["admin"], tenant="t1")
+    question = {"question": QUESTIONS[-1], "mode": "local", "k": 10}
+
+    async def docs_seen(key: str) -> set[str]:
+        headers = {"Authorization": f"Bearer {key}"}
+        resp = await env.keyed.post("/v1/query", json=question, headers=headers)
+        assert resp.status_code == 200, resp.text
+        return {c["doc_id"] for c in resp.json()["contexts"]}
+
+    assert await docs_seen(reader) == {leland}
+    assert {leland, overdrive} <= await docs_seen(admin)
+    only_overdrive = next(
+        e
+        for e in env.corpus.entity_ids
+        if {d for x, d, _, _ in env.corpus.mentions if x == e} == {overdrive}
+    )
+    path = f"/v1/entities/{only_overdrive}"
+    headers = {"Authorization": f"Bearer {reader}"}
+    assert (await env.keyed.get(path, headers=headers)).status_code == 404
+    headers = {"Authorization": f"Bearer {admin}"}
+    assert (await env.keyed.get(path, headers=headers)).status_code == 200
