@@ -3,10 +3,12 @@ with BM25 (hybrid, reciprocal rank fusion)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
@@ -18,6 +20,7 @@ _NEAREST = (
     "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
     " FROM chunks c JOIN documents d USING (doc_id)"
 )
+ITERATIVE_SCAN = "SET LOCAL hnsw.iterative_scan = strict_order"
 _BY_DISTANCE = " ORDER BY c.embedding <=> CAST(:q AS vector) LIMIT :k"
 _VECTOR = Filtered.of(_NEAREST + _BY_DISTANCE, _NEAREST + " WHERE " + DOC_VISIBLE + _BY_DISTANCE)
 _SIMILARITIES = "SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"
@@ -46,10 +49,18 @@ async def vector_search(
     """The k chunks nearest the query embedding (live documents the caller can see)."""
     await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
     if not caller.admin:
-        # The filter drops index candidates: keep scanning the graph until k rows pass it.
-        await conn.execute(text("SET LOCAL hnsw.iterative_scan = strict_order"))
+        await _scan_until_k(conn)
     rows = await conn.execute(*_VECTOR.bind(caller, {"q": vector_literal(query_embedding), "k": k}))
     return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]
+
+
+async def _scan_until_k(conn: AsyncConnection) -> None:
+    """The visibility filter drops index candidates: on pgvector 0.8+ keep scanning the graph
+    until k rows pass it. Older versions reject the setting (``hnsw`` is a reserved prefix);
+    the savepoint keeps the query alive, which then gets what ef_search candidates pass."""
+    with contextlib.suppress(DBAPIError):
+        async with conn.begin_nested():
+            await conn.execute(text(ITERATIVE_SCAN))
 
 
 async def similarities(

@@ -31,6 +31,7 @@ from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
+from services.query_api import vector
 from services.query_api.app import create_app
 from services.query_api.auth import get_caller
 from services.query_api.schemas import QueryRequest
@@ -455,3 +456,14 @@ async def test_api_keys_carry_tenant_and_groups(env: Env) -> None:
     assert (await env.keyed.get(path, headers=headers)).status_code == 404
     headers = {"Authorization": f"Bearer {admin}"}
     assert (await env.keyed.get(path, headers=headers)).status_code == 200
+
+
+async def test_restricted_vector_search_without_iterative_scan(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pgvector < 0.8 has no hnsw.iterative_scan and rejects it: the query still answers."""
+    await env.assign(dict.fromkeys(env.corpus.docs, OPEN))
+    monkeypatch.setattr(vector, "ITERATIVE_SCAN", "SET LOCAL hnsw.no_such_setting = on")
+    req = QueryRequest(question=QUESTIONS[-1], mode="vector", k=5)
+    resp = await env.service.query(req, Caller())
+    assert len(resp.contexts) == 5
