@@ -8,6 +8,7 @@ import asyncio
 import httpx
 from sqlalchemy.engine import make_url
 
+from services.core.access import Caller
 from services.core.db.engine import check_schema
 from services.core.errors import KgstreamError
 from services.core.infra.errors import InfraError
@@ -77,7 +78,7 @@ def query_direct(settings: Settings, req: QueryRequest) -> QueryResponse:
     async def go() -> QueryResponse:
         try:
             await check_schema(service.engine, settings.embedding_dim)
-            return await service.query(req)
+            return await service.query(req, Caller.operator())
         finally:
             await service.engine.dispose()
 

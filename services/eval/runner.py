@@ -19,6 +19,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from services.core.access import Caller
 from services.core.db import migrations
 from services.core.db.engine import make_engine
 from services.core.infra.postgres import EmbeddedPostgres
@@ -35,6 +36,7 @@ from services.query_api.service import QueryService, build_query_service
 log = logging.getLogger(__name__)
 BATCH = 16
 MODES = ("vector", "local", "global", "auto")
+OPERATOR = Caller.operator()  # the eval reads the whole corpus
 
 
 @dataclass
@@ -125,11 +127,13 @@ async def run_questions(
     # A document can fill several of the k slots with its chunks: ask for more, dedupe.
     depth = min(50, 2 * k)
     if questions:  # one untimed warm-up (model sessions, connection pool, plan caches)
-        await service.query(QueryRequest(question=questions[0]["question"], mode=mode, k=depth))
+        await service.query(
+            QueryRequest(question=questions[0]["question"], mode=mode, k=depth), OPERATOR
+        )
     for q in tqdm(questions, desc=mode, unit="q", disable=not progress):
         req = QueryRequest(question=q["question"], mode=mode, k=depth, explain=False)
         t0 = time.perf_counter()
-        resp = await service.query(req)
+        resp = await service.query(req, OPERATOR)
         latency = (time.perf_counter() - t0) * 1000
         results.append(
             QuestionResult(

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.core.db.engine import vector_literal
 from services.query_api.lexical import or_query
 from services.query_api.retrieval import Retrieval
-from services.query_api.schemas import CommunityHit, Context, QueryRequest
+from services.query_api.schemas import CommunityHit, CommunitySummary, Context, QueryRequest
+from services.query_api.visibility import DOC_VISIBLE, Filtered, community_visible
 
 _BROAD = re.compile(
     r"\b(themes?|overall|overview|main|summar\w*|trends?|general|across|whole|all|"
@@ -32,27 +34,41 @@ _AT_LEVEL = (
 _LEVELS = text(
     "SELECT level, count(*) FROM communities WHERE snapshot_id = :s GROUP BY level ORDER BY level"
 )
-_BY_EMBEDDING = text(
+# Communities a restricted caller may read (docs/access-control.md): every contributing
+# document visible, checked live, before ranking and LIMIT (so before any LLM map step).
+_SHOWN = " AND " + community_visible("co")
+_EMBEDDING_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
-    " 1 - (embedding <=> CAST(:q AS vector)) AS score FROM communities"
-    " WHERE snapshot_id = :s AND embedding IS NOT NULL AND "
-    + _AT_LEVEL
-    + " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
+    " 1 - (embedding <=> CAST(:q AS vector)) AS score FROM communities co"
+    " WHERE snapshot_id = :s AND embedding IS NOT NULL AND " + _AT_LEVEL
 )
-_BY_TEXT = text(
+_EMBEDDING_ORDER = " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
+_BY_EMBEDDING = Filtered.of(
+    _EMBEDDING_HEAD + _EMBEDDING_ORDER, _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER
+)
+_TEXT_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
-    " FROM communities WHERE snapshot_id = :s AND "
-    + _AT_LEVEL
-    + " ORDER BY score DESC, rating DESC NULLS LAST, id LIMIT :n"
+    " FROM communities co WHERE snapshot_id = :s AND " + _AT_LEVEL
 )
+_TEXT_ORDER = " ORDER BY score DESC, rating DESC NULLS LAST, id LIMIT :n"
+_BY_TEXT = Filtered.of(_TEXT_HEAD + _TEXT_ORDER, _TEXT_HEAD + _SHOWN + _TEXT_ORDER)
+_LIST_HEAD = (
+    "SELECT id, level, parent_id, size, title, summary, rating FROM communities co"
+    " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)"
+)
+_LIST_ORDER = " ORDER BY level, rating DESC NULLS LAST, size DESC, id LIMIT :n"
+_LIST = Filtered.of(_LIST_HEAD + _LIST_ORDER, _LIST_HEAD + _SHOWN + _LIST_ORDER)
 _QUERY_LEXEMES = text("SELECT tsvector_to_array(to_tsvector('english', :q))")
-_MEMBER_PASSAGES = text(
+_PASSAGES_HEAD = (
     "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
     " FROM chunks c JOIN documents d USING (doc_id)"
     " WHERE c.id IN (SELECT m.chunk_id FROM mentions m JOIN community_members cm"
     "  ON cm.entity_id = m.entity_id WHERE cm.snapshot_id = :s AND cm.community_id = ANY(:ids))"
-    " ORDER BY c.embedding <=> CAST(:q AS vector), c.id LIMIT :k"
+)
+_PASSAGES_ORDER = " ORDER BY c.embedding <=> CAST(:q AS vector), c.id LIMIT :k"
+_MEMBER_PASSAGES = Filtered.of(
+    _PASSAGES_HEAD + _PASSAGES_ORDER, _PASSAGES_HEAD + " AND " + DOC_VISIBLE + _PASSAGES_ORDER
 )
 
 
@@ -88,14 +104,16 @@ async def rank_communities(
     question: str,
     embedding: Sequence[float],
     n: int,
+    caller: Caller,
 ) -> list[CommunityHit]:
-    """The n communities of the level (None: the leaves) closest to the question."""
+    """The n communities of the level (None: the leaves) the caller may read, closest to the
+    question."""
     params = {"s": snapshot_id, "l": level, "n": n, "q": vector_literal(embedding)}
-    rows = (await conn.execute(_BY_EMBEDDING, params)).all()
+    rows = (await conn.execute(*_BY_EMBEDDING.bind(caller, params))).all()
     if not rows:
         lexemes = (await conn.scalar(_QUERY_LEXEMES, {"q": question})) or []
         tsq = or_query(list(lexemes)) or "''"
-        rows = (await conn.execute(_BY_TEXT, {**params, "tsq": tsq})).all()
+        rows = (await conn.execute(*_BY_TEXT.bind(caller, {**params, "tsq": tsq}))).all()
     return [
         CommunityHit(
             id=int(r[0]),
@@ -116,14 +134,14 @@ async def member_passages(
     community_ids: Sequence[int],
     embedding: Sequence[float],
     k: int,
+    *,
+    caller: Caller,
 ) -> list[Passage]:
-    """Passages mentioning members of the communities, closest to the question first."""
+    """Visible passages mentioning members of the communities, closest to the question first."""
     if not community_ids:
         return []
-    rows = await conn.execute(
-        _MEMBER_PASSAGES,
-        {"s": snapshot_id, "ids": list(community_ids), "q": vector_literal(embedding), "k": k},
-    )
+    values = {"s": snapshot_id, "ids": list(community_ids), "q": vector_literal(embedding), "k": k}
+    rows = await conn.execute(*_MEMBER_PASSAGES.bind(caller, values))
     return [Passage(int(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows.all()]
 
 
@@ -133,6 +151,8 @@ async def global_retrieve(
     embedding: Sequence[float],
     snapshot_id: int | None,
     n: int,
+    *,
+    caller: Caller,
 ) -> Retrieval | None:
     """Top communities at the requested (or breadth-chosen) level and their passages; None
     when there is no published snapshot with communities."""
@@ -144,9 +164,16 @@ async def global_retrieve(
     level = req.level if req.level is not None else breadth_level(req.question, available)
     where = "leaf communities" if level is None else f"level {level}"
     hits = await rank_communities(
-        conn, snapshot_id=snapshot_id, level=level, question=req.question, embedding=embedding, n=n
+        conn,
+        snapshot_id=snapshot_id,
+        level=level,
+        question=req.question,
+        embedding=embedding,
+        n=n,
+        caller=caller,
     )
-    passages = await member_passages(conn, snapshot_id, [h.id for h in hits], embedding, req.k)
+    ids = [h.id for h in hits]
+    passages = await member_passages(conn, snapshot_id, ids, embedding, req.k, caller=caller)
     contexts = [
         Context(
             doc_id=p.doc_id,
@@ -160,3 +187,23 @@ async def global_retrieve(
     ]
     notes = [] if level is None or level in available else [f"global: level {level} is empty"]
     return Retrieval("global", contexts, communities=hits, notes=notes)
+
+
+async def list_communities(
+    conn: AsyncConnection, snapshot_id: int, level: int | None, limit: int, *, caller: Caller
+) -> list[CommunitySummary]:
+    """Communities of the snapshot (one level, or all) the caller may read, best rated first."""
+    values = {"s": snapshot_id, "l": level, "n": limit}
+    rows = (await conn.execute(*_LIST.bind(caller, values))).all()
+    return [
+        CommunitySummary(
+            id=int(r[0]),
+            level=int(r[1]),
+            parent_id=None if r[2] is None else int(r[2]),
+            size=int(r[3]),
+            title=str(r[4]),
+            summary=str(r[5]),
+            rating=None if r[6] is None else float(r[6]),
+        )
+        for r in rows
+    ]

@@ -9,10 +9,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.core.normalize import entity_key
+from services.query_api.visibility import Filtered, alias_visible, entity_facts
 
 MAX_NGRAM = 5
 FUZZY_MIN_SIMILARITY = 0.7  # lower let near-miss names ("Yale University") dilute the seeds
@@ -75,14 +76,21 @@ STOPWORDS = frozenset(
     ]
 )
 
-_EXACT = text(
+# A restricted caller matches visible surfaces only; names and counts come from entity_facts.
+_EXACT = Filtered.of(
     "SELECT e.id, e.name, e.mention_count FROM entities e WHERE e.key = ANY(:k)"
     " UNION SELECT e.id, e.name, e.mention_count FROM aliases a"
-    " JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = ANY(:k)"
+    " JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = ANY(:k)",
+    "SELECT DISTINCT a.entity_id, '', 0 FROM aliases a WHERE a.alias_key = ANY(:k) AND "  # noqa: S608 - alias_visible is a constant fragment
+    + alias_visible("a"),
 )
-_FUZZY = text(
+_FUZZY = Filtered.of(
     "SELECT id, name, mention_count, similarity(name, :s) AS sim FROM entities"
-    " WHERE name % :s ORDER BY sim DESC, id LIMIT 3"
+    " WHERE name % :s ORDER BY sim DESC, id LIMIT 3",
+    "SELECT a.entity_id, '', 0, max(similarity(a.alias, :s)) AS sim FROM aliases a"  # noqa: S608 - alias_visible is a constant fragment
+    " WHERE a.alias % :s AND "
+    + alias_visible("a")
+    + " GROUP BY a.entity_id ORDER BY sim DESC, a.entity_id LIMIT 3",
 )
 
 
@@ -120,15 +128,29 @@ def seed_weight(similarity: float, mentions: int, total_chunks: int) -> float:
 
 
 async def ground(
-    conn: AsyncConnection, question: str, spans: Sequence[str], total_chunks: int
+    conn: AsyncConnection,
+    question: str,
+    spans: Sequence[str],
+    total_chunks: int,
+    *,
+    caller: Caller,
 ) -> Grounding:
-    """Exact key/alias matches for n-grams and spans, trigram matches for extracted spans."""
-    rows = (await conn.execute(_EXACT, {"k": sorted(question_keys(question, spans))})).all()
+    """Exact key/alias matches for n-grams and spans, trigram matches for extracted spans
+    (entities the caller can see, by the names it can see)."""
+    keys = {"k": sorted(question_keys(question, spans))}
+    rows = (await conn.execute(*_EXACT.bind(caller, keys))).all()
     found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows}
     for span in dict.fromkeys(spans):
-        for r in (await conn.execute(_FUZZY, {"s": span})).all():
+        for r in (await conn.execute(*_FUZZY.bind(caller, {"s": span}))).all():
             if float(r[3]) >= FUZZY_MIN_SIMILARITY and int(r[0]) not in found:
                 found[int(r[0])] = (str(r[1]), int(r[2]), float(r[3]))
+    if not caller.admin:
+        facts = await entity_facts(conn, caller, list(found))
+        found = {
+            e: (facts[e].name, facts[e].mentions, sim)
+            for e, (_, _, sim) in found.items()
+            if e in facts
+        }
     out = Grounding()
     for eid, (name, mentions, sim) in found.items():
         out.weights[eid] = seed_weight(sim, mentions, total_chunks)

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
+from services.query_api.visibility import VISIBLE_DOC_IDS, Filtered
+
 K1 = 1.2
 B = 0.75
 MAX_CANDIDATES = 1000  # postings scored at most (rarest terms first): bounds the latency
@@ -26,17 +29,26 @@ _LEXEMES = text(
     " AS l(lexeme)"
 )
 _STATS = text("SELECT count(*), coalesce(avg(length(tsv)), 1) FROM chunks")
-_SCORE = text(
+_CANDIDATES = (
     "WITH q AS (SELECT * FROM unnest(CAST(:lex AS text[]), CAST(:idf AS float8[]))"
     "  AS q(lexeme, idf)),"
     " cand AS (SELECT c.id, c.tsv FROM chunks c"
-    "  WHERE c.tsv @@ CAST(:query AS tsquery))"
+    "  WHERE c.tsv @@ CAST(:query AS tsquery)"
+)
+_BM25 = (
+    ")"
     " SELECT cand.id, sum(q.idf * (tf * (:k1 + 1)) / (tf + :k1 * (1 - :b + :b * length(cand.tsv)"
     "  / :avglen))) AS score"
     " FROM cand CROSS JOIN LATERAL unnest(cand.tsv) AS u(lexeme, positions, weights)"
     " JOIN q ON q.lexeme = u.lexeme"
     " CROSS JOIN LATERAL (SELECT coalesce(array_length(u.positions, 1), 1)::float8 AS tf) t"
     " GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT :k"
+)
+# Document frequencies and lengths stay corpus-wide (docs/access-control.md): aggregate
+# statistics, not text; the candidates are the caller's visible chunks only.
+_SCORE = Filtered.of(
+    _CANDIDATES + _BM25,
+    _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _BM25,
 )
 
 
@@ -83,9 +95,10 @@ def useful_terms(dfs: Mapping[str, int], n: int) -> dict[str, float]:
 
 
 async def bm25_search(
-    conn: AsyncConnection, question: str, k: int, stats: CorpusStats
+    conn: AsyncConnection, question: str, k: int, stats: CorpusStats, *, caller: Caller
 ) -> dict[int, float]:
-    """Chunk id -> BM25 score for the k best chunks (empty when no question term is indexed)."""
+    """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
+    indexed)."""
     rows = (await conn.execute(_LEXEMES, {"q": question})).all()
     n, avglen = stats.chunks, stats.avg_length
     dfs = {str(r[0]): int(r[1]) for r in rows}
@@ -94,16 +107,18 @@ async def bm25_search(
         return {}
     lexemes = sorted(terms)
     result = await conn.execute(
-        _SCORE,
-        {
-            "lex": lexemes,
-            "idf": [terms[t] for t in lexemes],
-            "query": or_query(candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)),
-            "k1": K1,
-            "b": B,
-            "avglen": avglen,
-            "k": k,
-        },
+        *_SCORE.bind(
+            caller,
+            {
+                "lex": lexemes,
+                "idf": [terms[t] for t in lexemes],
+                "query": or_query(candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)),
+                "k1": K1,
+                "b": B,
+                "avglen": avglen,
+                "k": k,
+            },
+        )
     )
     return {int(r[0]): float(r[1]) for r in result.all()}
 

@@ -9,17 +9,25 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.query_api import ranking
 from services.query_api.grounding import Grounding
 from services.query_api.lexical import CorpusStats, bm25_search
 from services.query_api.schemas import Hop
 from services.query_api.vector import Ranked, similarities, vector_search
+from services.query_api.visibility import (
+    DOC_VISIBLE,
+    Filtered,
+    ends_visible,
+    entity_facts,
+    visible_evidence,
+)
 
 HUB_MENTIONS = 200  # entities mentioned more often than this are not expanded through
 MAX_BRIDGE_MENTIONS = 4000  # second-step passage links kept (rarest entities first)
@@ -58,10 +66,18 @@ class LocalGraph:
         )
 
 
-_RELS = text(
+# For a restricted caller: visible relationships only, weight and description rebuilt from
+# visible evidence; mentions only in visible documents. The PPR graph is built from these.
+_RELS = Filtered.of(
     "SELECT r.source_id, r.target_id, r.type, r.weight, r.description FROM relationships r"
     " WHERE r.source_id = ANY(:e) OR r.target_id = ANY(:e)"
-    " ORDER BY r.weight DESC, r.id LIMIT :n"
+    " ORDER BY r.weight DESC, r.id LIMIT :n",
+    "SELECT r.source_id, r.target_id, r.type, v.w, v.x FROM relationships r"  # noqa: S608 - visibility fragments are constants
+    " CROSS JOIN LATERAL "
+    + visible_evidence("r.id")
+    + " v WHERE (r.source_id = ANY(:e) OR r.target_id = ANY(:e)) AND v.n > 0 AND "
+    + ends_visible("r.source_id", "r.target_id")
+    + " ORDER BY v.w DESC, r.id LIMIT :n",
 )
 # Small statements over explicit id lists: each is an index lookup (one query joining
 # mentions to entities made the planner scan both tables on a 10k-document corpus).
@@ -69,8 +85,16 @@ _NOT_HUBS = text(
     "SELECT id, mention_count FROM entities WHERE id = ANY(:e) AND mention_count <= :hub"
     " ORDER BY mention_count, id"
 )
-_MENTIONS = text("SELECT DISTINCT entity_id, chunk_id FROM mentions WHERE entity_id = ANY(:e)")
-_PASSAGE_ENTITIES = text("SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:c)")
+_MENTIONS = Filtered.of(
+    "SELECT DISTINCT entity_id, chunk_id FROM mentions WHERE entity_id = ANY(:e)",
+    "SELECT DISTINCT m.entity_id, m.chunk_id FROM mentions m JOIN documents d"  # noqa: S608 - DOC_VISIBLE is a constant
+    " ON d.doc_id = m.doc_id WHERE m.entity_id = ANY(:e) AND " + DOC_VISIBLE,
+)
+_PASSAGE_ENTITIES = Filtered.of(
+    "SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:c)",
+    "SELECT DISTINCT m.entity_id FROM mentions m JOIN documents d ON d.doc_id = m.doc_id"  # noqa: S608 - DOC_VISIBLE is a constant
+    " WHERE m.chunk_id = ANY(:c) AND " + DOC_VISIBLE,
+)
 _NAMES = text("SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)")
 _PAGERANK = text(
     "SELECT entity_id, pagerank FROM snapshot_entities WHERE snapshot_id = :s"
@@ -78,15 +102,19 @@ _PAGERANK = text(
 )
 
 
-async def neighbourhood(conn: AsyncConnection, seeds: Sequence[int]) -> LocalGraph:
+async def neighbourhood(
+    conn: AsyncConnection, seeds: Sequence[int], *, caller: Caller
+) -> LocalGraph:
     """Seeds, their 1-hop relationship neighbours, the passages that mention them, and one
-    more passage-entity step (the bridge to a second document); hubs are not expanded."""
-    rels = (await conn.execute(_RELS, {"e": list(seeds), "n": 500})).all()
+    more passage-entity step (the bridge to a second document); hubs are not expanded. Only
+    what the caller can see."""
+    rels = (await conn.execute(*_RELS.bind(caller, {"e": list(seeds), "n": 500}))).all()
     relations = [(int(s), int(t), str(y), float(w), str(d)) for s, t, y, w, d in rels]
     entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
-    first = await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, entities)])
+    first = await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, entities)], caller)
     # The bridge: other entities of those passages, rarest first, up to a bound of links.
-    rows = await conn.execute(_PASSAGE_ENTITIES, {"c": sorted({c for _, c in first})})
+    passages = {"c": sorted({c for _, c in first})}
+    rows = await conn.execute(*_PASSAGE_ENTITIES.bind(caller, passages))
     others = sorted({int(r[0]) for r in rows.all()} - set(entities))
     bridge, links = [], 0
     for entity, count in await _not_hubs(conn, others):
@@ -94,8 +122,8 @@ async def neighbourhood(conn: AsyncConnection, seeds: Sequence[int]) -> LocalGra
             break
         bridge.append(entity)
         links += count
-    mentions = sorted(set(first) | set(await _mentions_of(conn, bridge)))
-    names, counts = await _names(conn, entities)
+    mentions = sorted(set(first) | set(await _mentions_of(conn, bridge, caller)))
+    names, counts = await _names(conn, entities, caller)
     return LocalGraph(names, counts, relations, mentions)
 
 
@@ -107,17 +135,22 @@ async def _not_hubs(conn: AsyncConnection, entities: Sequence[int]) -> list[tupl
     return [(int(e), int(n)) for e, n in rows.all()]
 
 
-async def _mentions_of(conn: AsyncConnection, entities: Sequence[int]) -> list[tuple[int, int]]:
+async def _mentions_of(
+    conn: AsyncConnection, entities: Sequence[int], caller: Caller
+) -> list[tuple[int, int]]:
     if not entities:
         return []
-    rows = await conn.execute(_MENTIONS, {"e": list(entities)})
+    rows = await conn.execute(*_MENTIONS.bind(caller, {"e": list(entities)}))
     return [(int(e), int(c)) for e, c in rows.all()]
 
 
 async def _names(
-    conn: AsyncConnection, entities: Sequence[int]
+    conn: AsyncConnection, entities: Sequence[int], caller: Caller
 ) -> tuple[dict[int, str], dict[int, int]]:
     names, counts = {}, {}
+    if not caller.admin:
+        facts = await entity_facts(conn, caller, entities)
+        return {e: f.name for e, f in facts.items()}, {e: f.mentions for e, f in facts.items()}
     for eid, name, count in (await conn.execute(_NAMES, {"e": list(entities)})).all():
         names[int(eid)], counts[int(eid)] = str(name), int(count)
     return names, counts
@@ -131,6 +164,7 @@ async def graph_scores(
     ranker: Ranker,
     snapshot_id: int | None,
     executor: Executor | None = None,
+    caller: Caller,
 ) -> dict[int, float]:
     """Passage scores from the graph: PPR (computed in ``executor``, off the event loop), or
     the path formula (importance = the snapshot's PageRank when one is published, else
@@ -144,14 +178,17 @@ async def graph_scores(
         - set(grounding.weights)
         - {e for e, n in hood.mention_counts.items() if n > HUB_MENTIONS}
     )
-    second = (await conn.execute(_RELS, {"e": ring, "n": 2000})).all() if ring else []
+    second: list[Any] = []
+    if ring:
+        second = list((await conn.execute(*_RELS.bind(caller, {"e": ring, "n": 2000}))).all())
     edges = [(s, t, w) for s, t, _, w, _ in hood.relations]
     edges += [(int(r[0]), int(r[1]), float(r[3])) for r in second]
     mentions = list(hood.mentions)
     new = {e for s, t, _ in edges for e in (s, t)} - set(hood.names)
     if new:
-        mentions += await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, sorted(new))])
-        names, counts = await _names(conn, sorted(new))
+        hubs_out = [e for e, _ in await _not_hubs(conn, sorted(new))]
+        mentions += await _mentions_of(conn, hubs_out, caller)
+        names, counts = await _names(conn, sorted(new), caller)
         hood.names.update(names)
         hood.mention_counts.update(counts)
     entities = sorted(hood.names)
@@ -178,18 +215,26 @@ async def local_search(
     snapshot_id: int | None,
     stats: CorpusStats,
     executor: Executor | None = None,
+    caller: Caller,
 ) -> tuple[Ranked, list[Hop]]:
-    """The k best passages by fused dense, BM25 and graph scores, with explaining hops."""
-    hood = await neighbourhood(conn, sorted(grounding.weights))
+    """The k best passages by fused dense, BM25 and graph scores, with explaining hops, from
+    what the caller can see."""
+    hood = await neighbourhood(conn, sorted(grounding.weights), caller=caller)
     graph = await graph_scores(
-        conn, hood, grounding, ranker=ranker, snapshot_id=snapshot_id, executor=executor
+        conn,
+        hood,
+        grounding,
+        ranker=ranker,
+        snapshot_id=snapshot_id,
+        executor=executor,
+        caller=caller,
     )
     depth = max(3 * k, 30)
-    dense_hits = await vector_search(conn, embedding, depth)
-    bm25 = await bm25_search(conn, question, depth, stats) if weights.lexical else {}
+    dense_hits = await vector_search(conn, embedding, depth, caller=caller)
+    bm25 = await bm25_search(conn, question, depth, stats, caller=caller) if weights.lexical else {}
     top_graph = sorted(graph, key=lambda c: (-graph[c], c))[: max(5 * k, 50)]
     candidates = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25)
-    dense = await similarities(conn, embedding, sorted(candidates))
+    dense = await similarities(conn, embedding, sorted(candidates), caller=caller)
     signals = {
         "vector": dense,
         "lexical": bm25,

@@ -12,34 +12,54 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.query_api.entities import search_entities
 from services.query_api.grounding import Grounding
 from services.query_api.ranking import HOP_DECAY, edge_strength
 from services.query_api.retrieval import Retrieval, contexts_for
 from services.query_api.schemas import Hop, QueryRequest, Route
 from services.query_api.vector import Ranked
+from services.query_api.visibility import (
+    DOC_VISIBLE,
+    Filtered,
+    ends_visible,
+    entity_facts,
+    visible_evidence,
+)
 
 EDGES_PER_NODE = 40  # strongest relationships followed out of any one entity
 MAX_FRONTIER = 2000  # entities expanded per ring, so hubs cannot blow the search up
 
-_NEIGHBOURS = text(
+_RINGS = (
     "SELECT n.src, n.dst, n.rid, n.type, n.weight, n.forward"
     " FROM unnest(CAST(:e AS bigint[])) AS q(id)"
     " CROSS JOIN LATERAL (SELECT q.id AS src,"
     "  CASE WHEN r.source_id = q.id THEN r.target_id ELSE r.source_id END AS dst,"
-    "  r.id AS rid, r.type, r.weight, r.source_id = q.id AS forward FROM relationships r"
+)
+# A restricted caller walks visible relationships only, weighted by their visible evidence.
+_NEIGHBOURS = Filtered.of(
+    _RINGS + "  r.id AS rid, r.type, r.weight, r.source_id = q.id AS forward FROM relationships r"
     "  WHERE r.source_id = q.id OR r.target_id = q.id"
-    "  ORDER BY r.weight DESC, r.id LIMIT :per) n"
+    "  ORDER BY r.weight DESC, r.id LIMIT :per) n",
+    _RINGS + "  r.id AS rid, r.type, v.w AS weight, r.source_id = q.id AS forward"
+    "  FROM relationships r CROSS JOIN LATERAL "
+    + visible_evidence("r.id")
+    + " v WHERE (r.source_id = q.id OR r.target_id = q.id) AND v.n > 0 AND "
+    + ends_visible("r.source_id", "r.target_id")
+    + "  ORDER BY v.w DESC, r.id LIMIT :per) n",
 )
-_EVIDENCE = text(
+_BEST_EVIDENCE = (
     "SELECT DISTINCT ON (ev.relationship_id) ev.relationship_id, ev.sentence, ev.chunk_id"
-    " FROM relationship_evidence ev WHERE ev.relationship_id = ANY(:r)"
-    " ORDER BY ev.relationship_id, ev.strength DESC, ev.id"
+    " FROM relationship_evidence ev"
 )
-_NAMES = text("SELECT id, name FROM entities WHERE id = ANY(:e)")
+_EVIDENCE_ORDER = " ORDER BY ev.relationship_id, ev.strength DESC, ev.id"
+_EVIDENCE = Filtered.of(
+    _BEST_EVIDENCE + " WHERE ev.relationship_id = ANY(:r)" + _EVIDENCE_ORDER,
+    _BEST_EVIDENCE + " JOIN documents d ON d.doc_id = ev.doc_id"
+    " WHERE ev.relationship_id = ANY(:r) AND " + DOC_VISIBLE + _EVIDENCE_ORDER,
+)
 
 
 @dataclass(frozen=True)
@@ -65,8 +85,11 @@ def path_score(strengths: Sequence[float]) -> float:
     return math.prod(strengths) * HOP_DECAY ** len(strengths)
 
 
-async def load_between(conn: AsyncConnection, source: int, target: int, max_hops: int) -> nx.Graph:
-    """The relationship graph reachable within max_hops/2 rings around each end."""
+async def load_between(
+    conn: AsyncConnection, source: int, target: int, max_hops: int, *, caller: Caller
+) -> nx.Graph:
+    """The relationship graph (visible to the caller) reachable within max_hops/2 rings around
+    each end."""
     g = nx.Graph()
     g.add_nodes_from([source, target])
     seen = {source, target}
@@ -76,7 +99,8 @@ async def load_between(conn: AsyncConnection, source: int, target: int, max_hops
         frontier = sorted(frontiers[side])[:MAX_FRONTIER]
         if not frontier:
             continue
-        rows = await conn.execute(_NEIGHBOURS, {"e": frontier, "per": EDGES_PER_NODE})
+        ring_of = {"e": frontier, "per": EDGES_PER_NODE}
+        rows = await conn.execute(*_NEIGHBOURS.bind(caller, ring_of))
         nxt = set()
         for src, dst, rid, rtype, weight, forward in rows.all():
             s, d, w = int(src), int(dst), float(weight)
@@ -128,16 +152,12 @@ def k_shortest(g: nx.Graph, source: int, target: int, k: int, max_hops: int) -> 
     return paths[:k]
 
 
-async def evidence(conn: AsyncConnection, relationship_ids: Sequence[int]) -> dict[int, Evidence]:
-    """The strongest evidence sentence of each relationship."""
-    rows = await conn.execute(_EVIDENCE, {"r": sorted(set(relationship_ids))})
+async def evidence(
+    conn: AsyncConnection, relationship_ids: Sequence[int], *, caller: Caller
+) -> dict[int, Evidence]:
+    """The strongest evidence sentence of each relationship, from documents the caller sees."""
+    rows = await conn.execute(*_EVIDENCE.bind(caller, {"r": sorted(set(relationship_ids))}))
     return {int(r[0]): Evidence(str(r[1]), int(r[2])) for r in rows.all()}
-
-
-async def names(conn: AsyncConnection, entity_ids: Sequence[int]) -> dict[int, str]:
-    """Entity names by id."""
-    rows = await conn.execute(_NAMES, {"e": sorted(set(entity_ids))})
-    return {int(r[0]): str(r[1]) for r in rows.all()}
 
 
 _BETWEEN = re.compile(
@@ -156,13 +176,13 @@ def named_ends(question: str) -> tuple[str, str] | None:
 
 
 async def endpoints(
-    conn: AsyncConnection, question: str, grounding: Grounding
+    conn: AsyncConnection, question: str, grounding: Grounding, *, caller: Caller
 ) -> tuple[int, int] | None:
     """The two entities to connect: named ends when the question spells them out, else the
     two heaviest grounded seeds."""
     ends = named_ends(question)
     if ends is not None:
-        found = [await search_entities(conn, name, 1) for name in ends]
+        found = [await search_entities(conn, name, 1, caller=caller) for name in ends]
         if all(found) and found[0][0].id != found[1][0].id:
             return found[0][0].id, found[1][0].id
     seeds = sorted(grounding.weights, key=lambda e: (-grounding.weights[e], e))
@@ -170,13 +190,15 @@ async def endpoints(
 
 
 async def find_routes(
-    conn: AsyncConnection, source: int, target: int, k: int, max_hops: int
+    conn: AsyncConnection, source: int, target: int, k: int, max_hops: int, *, caller: Caller
 ) -> tuple[list[Route], list[int]]:
-    """Up to k routes with evidence, and the evidence chunks in route order."""
-    graph = await load_between(conn, source, target, max_hops)
+    """Up to k routes with evidence, and the evidence chunks in route order (all visible to the
+    caller)."""
+    graph = await load_between(conn, source, target, max_hops, caller=caller)
     found = k_shortest(graph, source, target, k, max_hops)
-    ev = await evidence(conn, [r for p in found for r in p.relationships])
-    label = await names(conn, [e for p in found for e in p.entities])
+    ev = await evidence(conn, [r for p in found for r in p.relationships], caller=caller)
+    facts = await entity_facts(conn, caller, [e for p in found for e in p.entities])
+    label = {e: f.name for e, f in facts.items()}
     routes, chunks = [], []
     for p in found:
         hops: list[Hop] = []
@@ -207,13 +229,17 @@ async def path_retrieve(
     req: QueryRequest,
     grounding: Grounding,
     max_hops: int,
+    *,
+    caller: Caller,
 ) -> Retrieval | None:
     """Routes between the question's two entities, their evidence passages as contexts; None
     when the question does not name two entities or they are not connected."""
-    ends = await endpoints(conn, req.question, grounding)
+    ends = await endpoints(conn, req.question, grounding, caller=caller)
     if ends is None:
         return None
-    routes, chunk_ids = await find_routes(conn, ends[0], ends[1], min(req.k, 5), max_hops)
+    routes, chunk_ids = await find_routes(
+        conn, ends[0], ends[1], min(req.k, 5), max_hops, caller=caller
+    )
     if not routes:
         return None
     ranked = Ranked(
@@ -221,7 +247,7 @@ async def path_retrieve(
         {c: 1.0 / (i + 1) for i, c in enumerate(chunk_ids)},
         dict.fromkeys(chunk_ids, "evidence of a hop on the path"),
     )
-    contexts = await contexts_for(conn, ranked)
+    contexts = await contexts_for(conn, ranked, caller=caller)
     return Retrieval(
         "path",
         contexts,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.query_api.schemas import CommunityHit, Context, Hop, Mode, Route
 from services.query_api.vector import Ranked, load_chunks
 
@@ -23,9 +24,10 @@ class Retrieval:
     notes: list[str] = field(default_factory=list)
 
 
-async def contexts_for(conn: AsyncConnection, ranked: Ranked) -> list[Context]:
-    """The ranked chunks as contexts, in rank order."""
-    rows = await load_chunks(conn, ranked.ids)
+async def contexts_for(conn: AsyncConnection, ranked: Ranked, *, caller: Caller) -> list[Context]:
+    """The ranked chunks the caller can see as contexts, in rank order (the last guard: every
+    mode's chunks pass through here)."""
+    rows = await load_chunks(conn, ranked.ids, caller=caller)
     return [
         Context(
             doc_id=rows[c].doc_id,

@@ -12,10 +12,12 @@ from prometheus_client import Histogram
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.core.indexer_health import is_stalled, read_progress
 from services.core.status import database_status
-from services.query_api.auth import ADMIN, INGEST, QUERY
+from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.entities import entity_detail, search_entities
+from services.query_api.global_mode import list_communities
 from services.query_api.ingest import DocumentPublisher, delete_event, validate_batch
 from services.query_api.limits import LimitedQuery
 from services.query_api.paths import find_routes
@@ -23,7 +25,6 @@ from services.query_api.problems import Problem
 from services.query_api.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
-    CommunitySummary,
     EntityDetail,
     EntitySummary,
     IngestAccepted,
@@ -40,11 +41,6 @@ LATENCY = Histogram(
     "Query latency by mode used",
     ["mode"],
     buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
-)
-_COMMUNITIES = text(
-    "SELECT id, level, parent_id, size, title, summary, rating FROM communities"
-    " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)"
-    " ORDER BY level, rating DESC NULLS LAST, size DESC, id LIMIT :n"
 )
 
 router = APIRouter()
@@ -67,9 +63,9 @@ PublisherDep = Annotated[DocumentPublisher, Depends(get_publisher)]
 
 
 @router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
-async def query(req: LimitedQuery, svc: ServiceDep) -> QueryResponse:
+async def query(req: LimitedQuery, svc: ServiceDep, caller: CallerDep) -> QueryResponse:
     """Answer a question: auto | vector | local | global | path."""
-    resp = await svc.query(req)
+    resp = await svc.query(req, caller)
     LATENCY.labels(mode=resp.mode_used).observe(resp.timings.get("total_ms", 0.0) / 1000)
     return resp
 
@@ -77,6 +73,7 @@ async def query(req: LimitedQuery, svc: ServiceDep) -> QueryResponse:
 @router.get("/v1/entities", tags=["graph"], dependencies=[QUERY])
 async def entities(
     svc: ServiceDep,
+    caller: CallerDep,
     name: Annotated[
         str, NoNul, Query(min_length=1, max_length=200, description="Name to look up.")
     ],
@@ -84,7 +81,7 @@ async def entities(
 ) -> dict[str, Any]:
     """Entities whose name or alias matches, best first."""
     async with read_snapshot(svc.engine) as (conn, snapshot_id):
-        found = await search_entities(conn, name, limit)
+        found = await search_entities(conn, name, limit, caller=caller)
     return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
 
 
@@ -93,12 +90,13 @@ async def entities(
 )
 async def entity(
     svc: ServiceDep,
+    caller: CallerDep,
     entity_id: Annotated[int, Path(ge=1)],
     neighbours: Annotated[int, Query(ge=0, le=200)] = 25,
 ) -> EntityDetail:
     """One entity with its strongest relationships and their best evidence."""
     async with read_snapshot(svc.engine) as (conn, _):
-        found = await entity_detail(conn, entity_id, neighbours)
+        found = await entity_detail(conn, entity_id, neighbours, caller=caller)
     if found is None:
         raise Problem(404, "Entity not found", f"no entity has id {entity_id}")
     return found
@@ -106,7 +104,9 @@ async def entity(
 
 @router.get("/v1/paths", response_model=PathsResponse, tags=["graph"], dependencies=[QUERY])
 async def paths(
+    *,
     svc: ServiceDep,
+    caller: CallerDep,
     source: Annotated[str, NoNul, Query(alias="from", min_length=1, max_length=200)],
     target: Annotated[str, NoNul, Query(alias="to", min_length=1, max_length=200)],
     k: Annotated[int, Query(ge=1, le=10)] = 3,
@@ -114,17 +114,20 @@ async def paths(
 ) -> PathsResponse:
     """k shortest paths (≤ max_hops) between two entities given by id or name."""
     async with read_snapshot(svc.engine) as (conn, snapshot_id):
-        ends = [await _resolve(conn, source, "from"), await _resolve(conn, target, "to")]
-        routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops)
+        ends = [
+            await _resolve(conn, source, "from", caller),
+            await _resolve(conn, target, "to", caller),
+        ]
+        routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops, caller=caller)
     return PathsResponse(source=ends[0], target=ends[1], snapshot_id=snapshot_id, paths=routes)
 
 
-async def _resolve(conn: AsyncConnection, ref: str, param: str) -> EntitySummary:
+async def _resolve(conn: AsyncConnection, ref: str, param: str, caller: Caller) -> EntitySummary:
     if ref.isdigit():
-        found = await entity_detail(conn, int(ref), 0)
+        found = await entity_detail(conn, int(ref), 0, caller=caller)
         if found is not None:
             return EntitySummary(**found.model_dump(include=set(EntitySummary.model_fields)))
-    matches = await search_entities(conn, ref, 1)
+    matches = await search_entities(conn, ref, 1, caller=caller)
     if not matches:
         raise Problem(404, "Entity not found", f"{param}={ref!r} matches no entity")
     return matches[0]
@@ -135,31 +138,17 @@ async def _resolve(conn: AsyncConnection, ref: str, param: str) -> EntitySummary
 )
 async def communities(
     svc: ServiceDep,
+    caller: CallerDep,
     level: Annotated[int | None, Query(ge=0, le=16)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> CommunitiesResponse:
-    """Communities of the published snapshot (one level, or all), best rated first."""
+    """Communities of the published snapshot (one level, or all) the caller may read, best
+    rated first."""
     async with read_snapshot(svc.engine) as (conn, snapshot_id):
-        rows: list[tuple[Any, ...]] = []
+        found = []
         if snapshot_id is not None:
-            params = {"s": snapshot_id, "l": level, "n": limit}
-            rows = [tuple(r) for r in (await conn.execute(_COMMUNITIES, params)).all()]
-    return CommunitiesResponse(
-        snapshot_id=snapshot_id,
-        level=level,
-        communities=[
-            CommunitySummary(
-                id=int(r[0]),
-                level=int(r[1]),
-                parent_id=None if r[2] is None else int(r[2]),
-                size=int(r[3]),
-                title=str(r[4]),
-                summary=str(r[5]),
-                rating=None if r[6] is None else float(r[6]),
-            )
-            for r in rows
-        ],
-    )
+            found = await list_communities(conn, snapshot_id, level, limit, caller=caller)
+    return CommunitiesResponse(snapshot_id=snapshot_id, level=level, communities=found)
 
 
 @router.post(

@@ -14,6 +14,7 @@ from typing import TypeVar
 import openai
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.core.access import Caller
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
 from services.core.settings import Settings
@@ -77,8 +78,9 @@ class QueryService:
         """Run model code in the executor, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    async def query(self, req: QueryRequest) -> QueryResponse:
-        """Retrieve contexts for the question in the requested (or routed) mode, then answer."""
+    async def query(self, req: QueryRequest, caller: Caller) -> QueryResponse:
+        """Retrieve contexts for the question in the requested (or routed) mode from what the
+        caller can see, then answer (the LLM only ever reads what was retrieved)."""
         t0 = time.perf_counter()
         usage = Usage()
         mode, routed_why = await self._mode(req, usage)
@@ -92,7 +94,13 @@ class QueryService:
         t_embed = time.perf_counter()
         async with read_snapshot(self.engine) as (conn, snapshot_id):
             result = await self._retrieve(
-                conn, req, mode=mode, embedding=embedding, spans=spans, snapshot_id=snapshot_id
+                conn,
+                req,
+                mode=mode,
+                embedding=embedding,
+                spans=spans,
+                snapshot_id=snapshot_id,
+                caller=caller,
             )
         t_retrieve = time.perf_counter()
         try:
@@ -148,24 +156,27 @@ class QueryService:
         embedding: list[float],
         spans: list[str],
         snapshot_id: int | None,
+        caller: Caller,
     ) -> Retrieval:
         notes: list[str] = []
         stats = await self.stats.get(conn)
         if mode == "global":
             found = await global_retrieve(
-                conn, req, embedding, snapshot_id, self.config.global_communities
+                conn, req, embedding, snapshot_id, self.config.global_communities, caller=caller
             )
             if found is not None:
                 return found
             notes.append("global: no published community snapshot; answered by vector")
             mode = "vector"
         if mode in ("local", "path"):
-            grounding = await ground(conn, req.question, spans, stats.chunks)
+            grounding = await ground(conn, req.question, spans, stats.chunks, caller=caller)
             if grounding.weights and mode == "path":
-                found = await path_retrieve(conn, req, grounding, self.config.path_max_hops)
+                found = await path_retrieve(
+                    conn, req, grounding, self.config.path_max_hops, caller=caller
+                )
                 if found is not None and found.contexts:
                     if len(found.contexts) < req.k:  # top up with the best passages
-                        more = await self._hybrid(conn, req, embedding, stats)
+                        more = await self._hybrid(conn, req, embedding, stats, caller)
                         seen = {c.chunk_id for c in found.contexts}
                         found.contexts += [c for c in more if c.chunk_id not in seen]
                         found.contexts = found.contexts[: req.k]
@@ -183,17 +194,24 @@ class QueryService:
                     snapshot_id=snapshot_id,
                     stats=stats,
                     executor=self.executor,
+                    caller=caller,
                 )
                 if ranked.ids:
-                    contexts = await contexts_for(conn, ranked)
+                    contexts = await contexts_for(conn, ranked, caller=caller)
                     return Retrieval(
                         "local", contexts, hops, grounded=grounding.ranked_names(), notes=notes
                     )
             notes.append(f"{mode}: no entity of the question is in the graph; answered by vector")
-        return Retrieval("vector", await self._hybrid(conn, req, embedding, stats), notes=notes)
+        hybrid = await self._hybrid(conn, req, embedding, stats, caller)
+        return Retrieval("vector", hybrid, notes=notes)
 
     async def _hybrid(
-        self, conn: AsyncConnection, req: QueryRequest, embedding: list[float], stats: CorpusStats
+        self,
+        conn: AsyncConnection,
+        req: QueryRequest,
+        embedding: list[float],
+        stats: CorpusStats,
+        caller: Caller,
     ) -> list[Context]:
         ranked = await hybrid_search(
             conn,
@@ -203,8 +221,9 @@ class QueryService:
             stats=stats,
             rrf_k=self.config.rrf_k,
             lexical=self.config.hybrid,
+            caller=caller,
         )
-        return await contexts_for(conn, ranked)
+        return await contexts_for(conn, ranked, caller=caller)
 
     async def _spans(self, question: str) -> list[str]:
         extraction = (await self.run_blocking(self.extractor.extract, [question]))[0]

@@ -3,14 +3,33 @@ with BM25 (hybrid, reciprocal rank fusion)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.core.db.engine import vector_literal
 from services.query_api.lexical import CorpusStats, bm25_search, rrf
+from services.query_api.visibility import DOC_VISIBLE, VISIBLE_DOC_IDS, Filtered
+
+_NEAREST = (
+    "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
+    " FROM chunks c JOIN documents d USING (doc_id)"
+)
+ITERATIVE_SCAN = "SET LOCAL hnsw.iterative_scan = strict_order"
+_BY_DISTANCE = " ORDER BY c.embedding <=> CAST(:q AS vector) LIMIT :k"
+_VECTOR = Filtered.of(_NEAREST + _BY_DISTANCE, _NEAREST + " WHERE " + DOC_VISIBLE + _BY_DISTANCE)
+_SIMILARITIES = "SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"
+_SIMILAR = Filtered.of(_SIMILARITIES, _SIMILARITIES + " AND doc_id IN (" + VISIBLE_DOC_IDS + ")")
+_CHUNKS = (
+    "SELECT c.id, c.doc_id, d.title, c.text FROM chunks c JOIN documents d USING (doc_id)"
+    " WHERE c.id = ANY(:ids)"
+)
+_LOAD = Filtered.of(_CHUNKS, _CHUNKS + " AND " + DOC_VISIBLE)
 
 
 @dataclass(frozen=True)
@@ -25,43 +44,45 @@ class ScoredChunk:
 
 
 async def vector_search(
-    conn: AsyncConnection, query_embedding: Sequence[float], k: int
+    conn: AsyncConnection, query_embedding: Sequence[float], k: int, *, caller: Caller
 ) -> list[ScoredChunk]:
-    """The k chunks nearest the query embedding (live documents only)."""
+    """The k chunks nearest the query embedding (live documents the caller can see)."""
     await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
-    rows = await conn.execute(
-        text(
-            "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
-            " FROM chunks c JOIN documents d USING (doc_id)"
-            " ORDER BY c.embedding <=> CAST(:q AS vector) LIMIT :k"
-        ),
-        {"q": vector_literal(query_embedding), "k": k},
-    )
+    if not caller.admin:
+        await _scan_until_k(conn)
+    rows = await conn.execute(*_VECTOR.bind(caller, {"q": vector_literal(query_embedding), "k": k}))
     return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]
 
 
+async def _scan_until_k(conn: AsyncConnection) -> None:
+    """The visibility filter drops index candidates: on pgvector 0.8+ keep scanning the graph
+    until k rows pass it. Older versions reject the setting (``hnsw`` is a reserved prefix);
+    the savepoint keeps the query alive, which then gets what ef_search candidates pass."""
+    with contextlib.suppress(DBAPIError):
+        async with conn.begin_nested():
+            await conn.execute(text(ITERATIVE_SCAN))
+
+
 async def similarities(
-    conn: AsyncConnection, query_embedding: Sequence[float], chunk_ids: Sequence[int]
+    conn: AsyncConnection,
+    query_embedding: Sequence[float],
+    chunk_ids: Sequence[int],
+    *,
+    caller: Caller,
 ) -> dict[int, float]:
-    """Cosine similarity of the query to each given chunk (for fusion)."""
+    """Cosine similarity of the query to each given chunk the caller can see (for fusion)."""
     if not chunk_ids:
         return {}
-    rows = await conn.execute(
-        text("SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"),
-        {"q": vector_literal(query_embedding), "ids": list(chunk_ids)},
-    )
+    values = {"q": vector_literal(query_embedding), "ids": list(chunk_ids)}
+    rows = await conn.execute(*_SIMILAR.bind(caller, values))
     return {int(r[0]): float(r[1]) for r in rows.all()}
 
 
-async def load_chunks(conn: AsyncConnection, chunk_ids: Sequence[int]) -> dict[int, ScoredChunk]:
-    """Chunk rows by id (score 0: the caller sets it)."""
-    rows = await conn.execute(
-        text(
-            "SELECT c.id, c.doc_id, d.title, c.text FROM chunks c JOIN documents d USING (doc_id)"
-            " WHERE c.id = ANY(:ids)"
-        ),
-        {"ids": list(chunk_ids)},
-    )
+async def load_chunks(
+    conn: AsyncConnection, chunk_ids: Sequence[int], *, caller: Caller
+) -> dict[int, ScoredChunk]:
+    """Chunk rows by id that the caller can see (score 0: the caller sets it)."""
+    rows = await conn.execute(*_LOAD.bind(caller, {"ids": list(chunk_ids)}))
     return {int(r[0]): ScoredChunk(int(r[0]), r[1], r[2], r[3], 0.0) for r in rows.all()}
 
 
@@ -83,16 +104,17 @@ async def hybrid_search(
     stats: CorpusStats,
     rrf_k: int = 60,
     lexical: bool = True,
+    caller: Caller,
 ) -> Ranked:
     """Dense (HNSW) and BM25 rankings fused by reciprocal rank; dense only when lexical=False."""
     depth = max(3 * k, 30)
-    dense = await vector_search(conn, query_embedding, depth)
+    dense = await vector_search(conn, query_embedding, depth, caller=caller)
     dense_ids = [h.chunk_id for h in dense]
     cos = {h.chunk_id: h.score for h in dense}
     if not lexical:
         ids = dense_ids[:k]
         return Ranked(ids, {c: cos[c] for c in ids}, {c: f"cosine {cos[c]:.3f}" for c in ids})
-    bm25 = await bm25_search(conn, question, depth, stats)
+    bm25 = await bm25_search(conn, question, depth, stats, caller=caller)
     bm25_ids = sorted(bm25, key=lambda c: (-bm25[c], c))
     fused = rrf([dense_ids, bm25_ids], rrf_k)
     ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]

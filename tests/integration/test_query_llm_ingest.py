@@ -14,6 +14,7 @@ import httpx
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
@@ -68,7 +69,9 @@ async def test_llm_routes_and_answers_with_citations(
     llm_service: QueryService, openai_stub: OpenAIStub
 ) -> None:
     question = "Who directed the film shot in Leland, North Carolina?"
-    resp = await llm_service.query(QueryRequest(question=question, mode="auto", k=3))
+    resp = await llm_service.query(
+        QueryRequest(question=question, mode="auto", k=3), Caller.operator()
+    )
     assert resp.mode_used == "local"
     assert resp.notes[0] == "auto → local: LLM: names a place"
     assert resp.answer == "Stephen King directed Maximum Overdrive [1]."
@@ -85,13 +88,17 @@ async def test_llm_router_failure_falls_back_to_heuristics(
     llm_service: QueryService, openai_stub: OpenAIStub
 ) -> None:
     openai_stub.fail_next("400")
-    resp = await llm_service.query(QueryRequest(question="main themes?", mode="auto"))
+    resp = await llm_service.query(
+        QueryRequest(question="main themes?", mode="auto"), Caller.operator()
+    )
     assert resp.mode_used == "global"
     assert resp.notes[0].startswith("auto → global: asks about themes")
 
 
 async def test_global_map_reduce(llm_service: QueryService, openai_stub: OpenAIStub) -> None:
-    resp = await llm_service.query(QueryRequest(question="What do airports do?", mode="global"))
+    resp = await llm_service.query(
+        QueryRequest(question="What do airports do?", mode="global"), Caller.operator()
+    )
     assert resp.mode_used == "global"
     assert resp.answer == "Airports serve their regions [1]."
     chat = openai_stub.requests_to("/chat/completions")
@@ -187,7 +194,9 @@ async def test_llm_failure_leaves_an_extractive_answer(
     llm_service: QueryService, openai_stub: OpenAIStub
 ) -> None:
     openai_stub.fail_next("400")
-    resp = await llm_service.query(QueryRequest(question="Where is Leland?", mode="vector"))
+    resp = await llm_service.query(
+        QueryRequest(question="Where is Leland?", mode="vector"), Caller.operator()
+    )
     assert resp.answer.endswith("]")
     assert resp.notes[-1] == "LLM answer failed (BadRequestError); extractive answer"
     assert resp.contexts

@@ -1,0 +1,469 @@
+"""Document ACLs and tenants, end to end through the HTTP API on the real database.
+
+The 48-document sample (with the hand-made community snapshot) is indexed once through the
+indexer's handlers; between examples only ``documents.tenant`` and ``documents.acl`` change,
+which is legitimate because visibility is read live at query time. An oracle built from the raw
+provenance rows and ``Caller.can_see`` (the reference rule) says what each caller may see; every
+chunk, entity, name, alias, relationship, evidence sentence, path hop and community returned
+must be traceable to a visible document."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from services.core.access import Caller
+from services.core.api_keys import create_key
+from services.core.db.engine import make_engine
+from services.core.embedding import OnnxMiniLmEmbedder
+from services.core.extraction import SpacyExtractor
+from services.core.infra.manager import Endpoints
+from services.core.settings import Settings
+from services.query_api import vector
+from services.query_api.app import create_app
+from services.query_api.auth import get_caller
+from services.query_api.schemas import QueryRequest
+from services.query_api.service import QueryService, build_query_service
+from tests.conftest import Infra
+from tests.support.query_fixtures import SAMPLE, clone_database
+
+pytestmark = pytest.mark.integration
+GROUPS = ("g1", "g2", "g3")
+TENANTS = (None, "t1", "t2")
+EXAMPLES = int(os.environ.get("KGSTREAM_ACL_EXAMPLES", "30"))
+MODES = ("vector", "local", "global", "path", "auto")
+Access = tuple[str | None, list[str] | None]
+OPEN: Access = (None, None)
+QUESTIONS = [
+    json.loads(line)["question"]
+    for line in (SAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:10]
+] + [
+    "How is Leland connected to Maximum Overdrive?",
+    "What are the main themes across the collection?",
+    "Which airports serve their regions?",
+    "Who directed the film that was shot in or around Leland, North Carolina in 1986",
+]
+
+
+@dataclass
+class Corpus:
+    """Provenance rows, read once: content never changes in this module, only access."""
+
+    docs: list[str]
+    chunk_doc: dict[int, str]
+    chunk_text: dict[int, str]
+    mentions: list[tuple[int, str, str, str]]  # entity, doc, surface, sentence
+    evidence: list[tuple[int, int, int, str, str, str]]  # rel, source, target, type, doc, sentence
+    community_docs: dict[int, set[str]]
+    names: list[str]  # stored entity names, for questions and look-ups
+    entity_ids: list[int]
+
+
+@dataclass
+class Oracle:
+    """What ``caller`` may see under ``access``, from Caller.can_see over the raw rows."""
+
+    corpus: Corpus
+    caller: Caller
+    access: dict[str, Access]
+    docs: set[str] = field(init=False)
+    surfaces: dict[int, set[str]] = field(init=False)
+    mention_counts: dict[int, int] = field(init=False)
+    entity_sentences: dict[int, set[str]] = field(init=False)
+    rel_sentences: dict[tuple[int, int, str], set[str]] = field(init=False)
+    communities: set[int] = field(init=False)
+    hidden_sentences: set[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        c = self.corpus
+        self.docs = {d for d in c.docs if self.caller.can_see(*self.access[d])}
+        self.surfaces, self.mention_counts, self.entity_sentences = {}, {}, {}
+        for entity, doc, surface, sentence in c.mentions:
+            if doc in self.docs:
+                self.surfaces.setdefault(entity, set()).add(surface)
+                self.mention_counts[entity] = self.mention_counts.get(entity, 0) + 1
+                self.entity_sentences.setdefault(entity, set()).add(sentence)
+        self.rel_sentences = {}
+        for _, source, target, rtype, doc, sentence in c.evidence:
+            if doc in self.docs and source in self.surfaces and target in self.surfaces:
+                for key in ((source, target, rtype), (target, source, rtype)):
+                    self.rel_sentences.setdefault(key, set()).add(sentence)
+        self.communities = {
+            cid for cid, docs in c.community_docs.items() if docs and docs <= self.docs
+        }
+        visible_text = "\n".join(t for k, t in c.chunk_text.items() if c.chunk_doc[k] in self.docs)
+        hidden = {s for _, d, _, s in c.mentions if d not in self.docs}
+        hidden |= {s for *_, d, s in c.evidence if d not in self.docs}
+        self.hidden_sentences = {s for s in hidden if len(s) >= 20 and s not in visible_text}
+
+    @property
+    def all_surfaces(self) -> set[str]:
+        return set().union(*self.surfaces.values()) if self.surfaces else set()
+
+    def no_hidden_text(self, value: str) -> None:
+        leaked = [s for s in self.hidden_sentences if s in value]
+        assert not leaked, f"text from invisible documents: {leaked[:2]}"
+
+    def traceable(self, value: str, sentences: Iterable[str]) -> None:
+        """Empty, or built from visible sentences (it starts with one, maybe cut short), and
+        containing no sentence found only in invisible documents."""
+        self.no_hidden_text(value)
+        if value:
+            assert any(s.startswith(value) or value.startswith(s) for s in sentences), value
+
+    def check_query(self, data: dict[str, Any]) -> None:
+        c = self.corpus
+        for ctx in data["contexts"]:
+            assert ctx["doc_id"] in self.docs, ctx["doc_id"]
+            assert c.chunk_doc[ctx["chunk_id"]] == ctx["doc_id"]
+            assert ctx["text"] == c.chunk_text[ctx["chunk_id"]]
+        every_rel = set().union(*self.rel_sentences.values()) if self.rel_sentences else set()
+        hops = list(data["paths"]) + [h for r in data["routes"] for h in r["hops"]]
+        for a, _, b, sentence in hops:
+            assert {a, b} <= self.all_surfaces, (a, b)
+            self.traceable(sentence, every_rel)
+        for route in data["routes"]:
+            assert set(route["entities"]) <= self.all_surfaces
+        assert set(data["grounded_entities"]) <= self.all_surfaces
+        assert {h["id"] for h in data["communities"]} <= self.communities
+        self.no_hidden_text(data["answer"])
+
+    def check_summary(self, entity: dict[str, Any]) -> None:
+        eid = entity["id"]
+        assert eid in self.surfaces, f"invisible entity {eid}"
+        assert entity["name"] in self.surfaces[eid]
+        assert set(entity["aliases"]) <= self.surfaces[eid]
+        assert entity["mentions"] == self.mention_counts[eid]
+
+
+class CallerBox:
+    """The caller the test app runs requests as (overrides the auth dependency)."""
+
+    caller: Caller = Caller.operator()
+
+
+@dataclass
+class Env:
+    client: httpx.AsyncClient
+    service: QueryService
+    corpus: Corpus
+    box: CallerBox
+    keyed: httpx.AsyncClient  # the same database behind KGSTREAM_AUTH=required
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self.service.engine
+
+    async def assign(self, access: dict[str, Access]) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE documents SET tenant = :t, acl = :a WHERE doc_id = :d"),
+                [{"d": d, "t": t, "a": a} for d, (t, a) in access.items()],
+            )
+
+    async def get(self, caller: Caller, path: str, **params: Any) -> httpx.Response:
+        self.box.caller = caller
+        return await self.client.get(path, params=params)
+
+    async def ask(self, caller: Caller, **body: Any) -> dict[str, Any]:
+        self.box.caller = caller
+        resp = await self.client.post("/v1/query", json=body)
+        assert resp.status_code == 200, resp.text
+        data: dict[str, Any] = resp.json()
+        return data
+
+
+async def _corpus(engine: AsyncEngine) -> Corpus:
+    async with engine.connect() as conn:
+
+        async def rows(sql: str) -> list[Any]:
+            return list((await conn.execute(text(sql))).all())
+
+        chunks = await rows("SELECT id, doc_id, text FROM chunks")
+        mentions = await rows("SELECT entity_id, doc_id, surface, sentence FROM mentions")
+        evidence = await rows(
+            "SELECT ev.relationship_id, r.source_id, r.target_id, r.type, ev.doc_id, ev.sentence"
+            " FROM relationship_evidence ev JOIN relationships r ON r.id = ev.relationship_id"
+        )
+        members = await rows(
+            "SELECT cm.community_id, cm.entity_id FROM community_members cm JOIN snapshots s"
+            " ON s.id = cm.snapshot_id WHERE s.status = 'published'"
+        )
+        entities = await rows("SELECT id, name FROM entities ORDER BY id")
+        docs = await rows("SELECT doc_id FROM documents ORDER BY doc_id")
+    member_of: dict[int, set[int]] = {}
+    for cid, eid in members:
+        member_of.setdefault(int(cid), set()).add(int(eid))
+    community_docs = {
+        cid: {d for e, d, _, _ in mentions if e in ids}
+        | {d for _, s, t, _, d, _ in evidence if s in ids and t in ids}
+        for cid, ids in member_of.items()
+    }
+    return Corpus(
+        docs=[str(r[0]) for r in docs],
+        chunk_doc={int(r[0]): str(r[1]) for r in chunks},
+        chunk_text={int(r[0]): str(r[2]) for r in chunks},
+        mentions=[(int(e), str(d), str(s), str(x)) for e, d, s, x in mentions],
+        evidence=[
+            (int(r), int(s), int(t), str(y), str(d), str(x)) for r, s, t, y, d, x in evidence
+        ],
+        community_docs=community_docs,
+        names=[str(r[1]) for r in entities],
+        entity_ids=[int(r[0]) for r in entities],
+    )
+
+
+def _app(url: str, infra: Infra, service: QueryService, **settings: Any) -> FastAPI:
+    config = Settings(
+        home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap, **settings
+    )
+    return create_app(config, Endpoints(url, infra.bootstrap), service=service)
+
+
+@pytest.fixture(scope="module")
+async def env(
+    community_db: str,
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> AsyncIterator[Env]:
+    url = clone_database(community_db, community_db.rsplit("/", 1)[1])
+    settings = Settings(home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap)
+    service = build_query_service(settings, make_engine(url), embedder, extractor, cpu_pool)
+    app = _app(url, infra, service)
+    box = CallerBox()
+    app.dependency_overrides[get_caller] = lambda: box.caller
+    keyed = _app(url, infra, service, auth="required")  # callers from real API keys
+    transport, keyed_transport = httpx.ASGITransport(app=app), httpx.ASGITransport(app=keyed)
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://api") as client,
+        httpx.AsyncClient(transport=keyed_transport, base_url="http://api") as keyed_client,
+    ):
+        yield Env(client, service, await _corpus(service.engine), box, keyed_client)
+    await service.engine.dispose()
+
+
+ACCESS = st.tuples(
+    st.sampled_from(TENANTS),
+    st.one_of(
+        st.none(),
+        st.just([]),
+        st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2, unique=True),
+    ),
+)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, docs: list[str]) -> tuple[dict[str, Access], Caller]:
+    """Most documents open to one base tenant, a random subset restricted at random; a caller
+    usually of the base tenant (so that something is visible), with random groups."""
+    base = draw(st.sampled_from(TENANTS))
+    restricted = draw(st.sets(st.sampled_from(docs), max_size=len(docs)))
+    access = {d: (draw(ACCESS) if d in restricted else (base, None)) for d in docs}
+    tenant = draw(st.sampled_from([base, base, *TENANTS]))
+    groups = draw(st.frozensets(st.sampled_from(GROUPS)))
+    return access, Caller(tenant=tenant, groups=groups)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject) -> None:
+    corpus = env.corpus
+    access, caller = data.draw(scenarios(corpus.docs), label="scenario")
+    await env.assign(access)
+    oracle = Oracle(corpus, caller, access)
+    names = st.sampled_from(corpus.names)
+    share = len(oracle.docs) / len(corpus.docs)
+    event("visible documents: " + ("none" if not share else "all" if share == 1 else "some"))
+    event(f"readable communities: {len(oracle.communities)}")
+
+    for mode in data.draw(st.lists(st.sampled_from(MODES), min_size=1, max_size=2), "modes"):
+        if mode == "path":
+            a, b = data.draw(names, "from"), data.draw(names, "to")
+            question = f"What is the connection between {a} and {b}?"
+        else:
+            question = data.draw(st.sampled_from(QUESTIONS), "question")
+        oracle.check_query(await env.ask(caller, question=question, mode=mode, k=8))
+
+    found = (await env.get(caller, "/v1/entities", name=data.draw(names, "name"))).json()
+    for entity in found["entities"]:
+        oracle.check_summary(entity)
+
+    entity_id = data.draw(st.sampled_from(corpus.entity_ids), "entity")
+    resp = await env.get(caller, f"/v1/entities/{entity_id}", neighbours=50)
+    assert resp.status_code == (200 if entity_id in oracle.surfaces else 404)
+    if resp.status_code == 200:
+        detail = resp.json()
+        oracle.check_summary(detail)
+        oracle.traceable(detail["description"], oracle.entity_sentences[entity_id])
+        for n in detail["neighbours"]:
+            assert n["name"] in oracle.surfaces[n["id"]]
+            sentences = oracle.rel_sentences[(entity_id, n["id"], n["relation"])]
+            assert n["evidence"] in sentences
+
+    a, b = data.draw(names, "path from"), data.draw(names, "path to")
+    resp = await env.get(caller, "/v1/paths", **{"from": a, "to": b, "k": 3})
+    assert resp.status_code in (200, 404)
+    if resp.status_code == 200:
+        body = resp.json()
+        oracle.check_summary(body["source"])
+        oracle.check_summary(body["target"])
+        oracle.check_query({**_empty_query(), "routes": body["paths"]})
+
+    listed = (await env.get(caller, "/v1/communities")).json()["communities"]
+    assert {c["id"] for c in listed} <= oracle.communities
+
+    # The other local ranker (the seeds' path formula) walks a second relationship ring.
+    paths_ranker = replace(env.service, config=replace(env.service.config, local_ranker="paths"))
+    question = data.draw(st.sampled_from(QUESTIONS), "paths-ranker question")
+    resp_local = await paths_ranker.query(QueryRequest(question=question, mode="local"), caller)
+    oracle.check_query(resp_local.model_dump())
+
+
+def _empty_query() -> dict[str, Any]:
+    return {
+        "contexts": [],
+        "paths": [],
+        "routes": [],
+        "grounded_entities": [],
+        "communities": [],
+        "answer": "",
+    }
+
+
+async def test_tenants_are_isolated(env: Env) -> None:
+    docs = env.corpus.docs
+    half = set(docs[: len(docs) // 2])
+    access: dict[str, Access] = {d: ("t1" if d in half else "t2", None) for d in docs}
+    await env.assign(access)
+    t1, t2 = Caller(tenant="t1"), Caller(tenant="t2")
+    oracle = Oracle(env.corpus, t1, access)
+    for mode in MODES:
+        for question in QUESTIONS[-4:]:
+            one = await env.ask(t1, question=question, mode=mode, k=10)
+            two = await env.ask(t2, question=question, mode=mode, k=10)
+            assert {c["doc_id"] for c in one["contexts"]} <= half
+            assert not {c["doc_id"] for c in two["contexts"]} & half
+            oracle.check_query(one)
+    vector = await env.ask(t1, question=QUESTIONS[-1], mode="vector", k=10)
+    assert vector["contexts"], "the caller's own tenant is searched"
+    # No tenant sees only untenanted documents: here, none.
+    nobody = Caller()
+    assert not (await env.ask(nobody, question=QUESTIONS[-1], mode="vector"))["contexts"]
+    assert not (await env.get(nobody, "/v1/entities", name="Leland")).json()["entities"]
+    assert not (await env.get(nobody, "/v1/communities")).json()["communities"]
+    admin = await env.ask(Caller.operator(), question=QUESTIONS[-1], mode="vector", k=10)
+    assert {c["doc_id"] for c in admin["contexts"]} - half, "an admin sees every tenant"
+
+
+def _comparable(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "mode": data["mode_used"],
+        "chunks": [c["chunk_id"] for c in data["contexts"]],
+        "paths": data["paths"],
+        "routes": [(r["entities"], r["hops"]) for r in data["routes"]],
+        "communities": [c["id"] for c in data["communities"]],
+        "grounded": data["grounded_entities"],
+    }
+
+
+async def test_admin_sees_everything_as_before(env: Env) -> None:
+    docs = env.corpus.docs
+    await env.assign(dict.fromkeys(docs, OPEN))
+    admin, everyone = Caller.operator(), Caller()
+    cases = [(q, m) for m in MODES for q in QUESTIONS[-4:]]
+    before = [_comparable(await env.ask(admin, question=q, mode=m)) for q, m in cases]
+    # A restricted caller who can see every document gets the operator's answers: the facts
+    # rebuilt from visible mentions and evidence equal the stored ones.
+    assert before == [_comparable(await env.ask(everyone, question=q, mode=m)) for q, m in cases]
+    leland = (await env.get(admin, "/v1/entities", name="Leland")).json()["entities"][0]
+    detail = (await env.get(admin, f"/v1/entities/{leland['id']}")).json()
+    assert (await env.get(everyone, f"/v1/entities/{leland['id']}")).json() == detail
+    listed = (await env.get(admin, "/v1/communities")).json()
+    assert (await env.get(everyone, "/v1/communities")).json() == listed
+
+    locked: dict[str, Access] = {d: ("t9", []) for d in docs}  # visible to admins only
+    await env.assign(locked)
+    assert before == [_comparable(await env.ask(admin, question=q, mode=m)) for q, m in cases]
+    assert (await env.get(admin, f"/v1/entities/{leland['id']}")).json() == detail
+    assert (await env.get(admin, "/v1/communities")).json() == listed
+    assert (await env.get(everyone, f"/v1/entities/{leland['id']}")).status_code == 404
+    assert not (await env.ask(everyone, question=QUESTIONS[-1], mode="local"))["contexts"]
+
+
+async def test_hostile_tenant_and_group_names_are_bound_values(env: Env) -> None:
+    docs = env.corpus.docs
+    odd_tenant, odd_group = "o'brien\\%_\"; --", "g'1%_\\"
+    leland = "hotpotqa-aebaeed5d73f"
+    access: dict[str, Access] = dict.fromkeys(docs, ("t1", None))
+    access[leland] = (odd_tenant, [odd_group])
+    await env.assign(access)
+    question = "Who directed the film that was shot in or around Leland, North Carolina in 1986"
+    insider = Caller(tenant=odd_tenant, groups=frozenset({odd_group}))
+    seen = await env.ask(insider, question=question, mode="local", k=10)
+    assert {c["doc_id"] for c in seen["contexts"]} == {leland}
+    for outsider in (
+        Caller(tenant=odd_tenant, groups=frozenset({"g%"})),
+        Caller(tenant="o'brien%", groups=frozenset({odd_group})),
+        Caller(tenant="t1", groups=frozenset({odd_group, "' OR true --"})),
+    ):
+        data = await env.ask(outsider, question=question, mode="local", k=10)
+        assert leland not in {c["doc_id"] for c in data["contexts"]}
+
+
+async def test_api_keys_carry_tenant_and_groups(env: Env) -> None:
+    docs = env.corpus.docs
+    leland, overdrive = "hotpotqa-aebaeed5d73f", "hotpotqa-d50de2bed6aa"
+    access: dict[str, Access] = dict.fromkeys(docs, ("t2", None))
+    access |= {leland: ("t1", ["g1"]), overdrive: ("t1", ["g2"])}
+    await env.assign(access)
+    _, reader = await create_key(env.engine, ["query"], tenant="t1", groups=["g1"])
+    _, admin = await create_key(env.engine, ["admin"], tenant="t1")
+    question = {"question": QUESTIONS[-1], "mode": "local", "k": 10}
+
+    async def docs_seen(key: str) -> set[str]:
+        headers = {"Authorization": f"Bearer {key}"}
+        resp = await env.keyed.post("/v1/query", json=question, headers=headers)
+        assert resp.status_code == 200, resp.text
+        return {c["doc_id"] for c in resp.json()["contexts"]}
+
+    assert await docs_seen(reader) == {leland}
+    assert {leland, overdrive} <= await docs_seen(admin)
+    only_overdrive = next(
+        e
+        for e in env.corpus.entity_ids
+        if {d for x, d, _, _ in env.corpus.mentions if x == e} == {overdrive}
+    )
+    path = f"/v1/entities/{only_overdrive}"
+    headers = {"Authorization": f"Bearer {reader}"}
+    assert (await env.keyed.get(path, headers=headers)).status_code == 404
+    headers = {"Authorization": f"Bearer {admin}"}
+    assert (await env.keyed.get(path, headers=headers)).status_code == 200
+
+
+async def test_restricted_vector_search_without_iterative_scan(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pgvector < 0.8 has no hnsw.iterative_scan and rejects it: the query still answers."""
+    await env.assign(dict.fromkeys(env.corpus.docs, OPEN))
+    monkeypatch.setattr(vector, "ITERATIVE_SCAN", "SET LOCAL hnsw.no_such_setting = on")
+    req = QueryRequest(question=QUESTIONS[-1], mode="vector", k=5)
+    resp = await env.service.query(req, Caller())
+    assert len(resp.contexts) == 5
