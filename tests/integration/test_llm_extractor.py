@@ -365,15 +365,14 @@ async def test_llm_outage_delays_but_does_not_dead_letter(
     assert len(openai_stub.requests_to(CHAT)) == 3
 
 
-async def test_permanent_database_error_is_dead_lettered_as_processing_failed(
-    deps: IndexerDeps,
-) -> None:
-    # PostgreSQL text cannot hold NUL: retrying cannot help, so the event is dead-lettered.
+async def test_nul_in_text_is_dead_lettered_at_the_door(deps: IndexerDeps) -> None:
+    # PostgreSQL text cannot hold NUL, so the contract refuses it before any work is done
+    # (permanent database errors inside the transaction: test_error_boundary.py).
     outcome = await handle_record(deps, _event_record("nul", 13, "Marie Curie\u0000 in Paris."))
     assert outcome == "dead_lettered"
     async with deps.engine.connect() as conn:
         reasons = (await conn.execute(text("SELECT reason FROM dead_letters"))).scalars().all()
-    assert reasons == ["processing_failed"]
+    assert reasons == ["contract_violation"]
 
 
 async def test_adjudicator_asks_the_llm_and_treats_doubt_as_no_merge(
