@@ -51,6 +51,11 @@ def storable(value: str | None, limit: int = 2000) -> str | None:
     return clean[:limit]
 
 
+def key_text(record: RawRecord) -> str | None:
+    """The record's key as text (undecodable bytes replaced), None for a keyless record."""
+    return record.key.decode("utf-8", "replace") if record.key is not None else None
+
+
 async def dead_letter(
     deps: IndexerDeps, record: RawRecord, exc: PermanentError, event: DocumentEvent | None
 ) -> None:
@@ -81,7 +86,7 @@ async def _store(
     deps: IndexerDeps, record: RawRecord, exc: PermanentError, event: DocumentEvent | None
 ) -> tuple[int, bool]:
     raw = record.value or b""
-    key = record.key.decode("utf-8", "replace") if record.key is not None else None
+    key = key_text(record)
     async with deps.engine.begin() as conn:
         row = (
             await conn.execute(
@@ -109,7 +114,7 @@ def dead_letter_payload(
 ) -> dict[str, Any]:
     """The dead letter v1 record (schemas/dead_letter.v1.json) for the topic."""
     raw = record.value or b""
-    key = record.key.decode("utf-8", "replace") if record.key is not None else None
+    key = key_text(record)
     return {
         "schema_version": 1,
         "reason": exc.reason,

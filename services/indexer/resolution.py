@@ -270,7 +270,7 @@ async def _similar(
     was not asked about means the graph moved since: TransientError, and the event recomputes."""
     found: dict[str, int] = {}
     decisions = resolution.decisions
-    for key, entity_id, verdict in await similar_candidates(
+    for key, entity_id, _, verdict in await similar_candidates(
         conn, surfaces, keys, resolution.name_embeddings, resolution.config
     ):
         if key in found:
@@ -293,9 +293,10 @@ async def similar_candidates(
     keys: Sequence[str],
     name_embeddings: Mapping[str, Sequence[float]],
     config: ResolverConfig,
-) -> list[tuple[str, int, Verdict]]:
-    """(surface key, entity id, merge | ask) for every candidate worth merging, best first per
-    key; "ask" only when an adjudicator is configured (else the ambiguous band stays apart)."""
+) -> list[tuple[str, int, str, Verdict]]:
+    """(surface key, entity id, entity name, merge | ask) for every candidate worth merging,
+    best first per key; "ask" only when an adjudicator is configured (else the ambiguous band
+    stays apart)."""
     asks = [k for k in keys if k in name_embeddings and len(k) >= 4]
     if not asks:
         return []
@@ -307,7 +308,7 @@ async def similar_candidates(
             "vecs": [vector_literal(name_embeddings[k]) for k in asks],
         },
     )
-    out: list[tuple[str, int, Verdict]] = []
+    out: list[tuple[str, int, str, Verdict]] = []
     for r in rows.all():
         surface = surfaces[r.key]
         if not compatible(r.type_group, surface.group):
@@ -317,9 +318,9 @@ async def similar_candidates(
         if r.cos >= config.embedding_threshold or (
             r.cos >= config.ambiguous_floor and same_person(surface, r.name, r.type_group)
         ):
-            out.append((r.key, int(r.id), "merge"))
+            out.append((r.key, int(r.id), str(r.name), "merge"))
         elif r.cos >= config.ambiguous_floor and config.adjudicate is not None:
-            out.append((r.key, int(r.id), "ask"))
+            out.append((r.key, int(r.id), str(r.name), "ask"))
     return out
 
 
@@ -335,25 +336,12 @@ async def adjudicate_candidates(
         return {}
     candidates = await similar_candidates(conn, surfaces, sorted(surfaces), name_embeddings, config)
     await conn.rollback()  # end the read before the slow calls
-    names = await _entity_names(conn, [i for _, i, v in candidates if v == "ask"])
-    await conn.rollback()
     decisions: dict[tuple[str, int], bool] = {}
-    for key, entity_id, verdict in candidates:
+    for key, entity_id, name, verdict in candidates:
         if verdict == "ask" and (key, entity_id) not in decisions:
             surface = surfaces[key]
-            decisions[(key, entity_id)] = await config.adjudicate(
-                surface.name, names[entity_id], surface.group
-            )
+            decisions[(key, entity_id)] = await config.adjudicate(surface.name, name, surface.group)
     return decisions
-
-
-async def _entity_names(conn: AsyncConnection, ids: Sequence[int]) -> dict[int, str]:
-    if not ids:
-        return {}
-    rows = await conn.execute(
-        text("SELECT id, name FROM entities WHERE id = ANY(:ids)"), {"ids": sorted(set(ids))}
-    )
-    return {int(r.id): str(r.name) for r in rows.all()}
 
 
 def same_person(surface: Surface, other_name: str, other_group: str) -> bool:
