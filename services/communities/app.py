@@ -129,6 +129,12 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
     async def job() -> None:
         try:
             await tick(deps, rules)
+        except asyncio.CancelledError:
+            if not stop.is_set():
+                raise
+            # Stopping mid-recompute is expected: the next run marks the half-built snapshot
+            # failed and starts again; the published one is untouched.
+            log.info("community recompute interrupted by shutdown")
         except Exception:
             # The failed snapshot row records it; the next tick retries after the interval.
             log.exception("community recompute failed")
