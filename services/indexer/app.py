@@ -39,6 +39,9 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         topic_allow_declare=False,  # topics are created explicitly (tansu defaults to 4 partitions)
         topic_disable_leader=True,
         store="memory://",  # no faust Tables: state lives in PostgreSQL
+        # Stop and rebalance without waiting for the in-flight batch: it is not acked until it
+        # is applied, so the next owner of the partition redelivers it (duplicates are skipped).
+        stream_wait_empty=False,
         datadir=str(settings.home_dir / "faust"),
         key_serializer="raw",
         value_serializer="raw",
@@ -57,10 +60,13 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
 
     @app.agent(documents, name="index-documents")
     async def index(stream: faust.StreamT[bytes]) -> None:
-        # take_events acks a batch only after handle_batch returns: at-least-once.
-        concrete = cast(faust.Stream[bytes], stream)  # StreamT does not declare take_events
-        batches = concrete.take_events(settings.indexer_batch_size, settings.indexer_batch_wait_s)
-        async for events in batches:
+        # Batches are acked by hand, only after handle_batch returns: at-least-once. take_events
+        # would ack the in-flight batch when its generator closes (a stop or a cancel while a
+        # transient failure holds the batch), committing events that were never applied.
+        concrete = cast(faust.Stream[bytes], stream)  # StreamT does not declare noack_take
+        batches = concrete.noack_take(settings.indexer_batch_size, settings.indexer_batch_wait_s)
+        async for batch in batches:
+            events = cast(list[faust.EventT[bytes]], batch)  # noack_take buffers events, not values
             records = [
                 RawRecord(
                     topic=e.message.topic,
@@ -73,6 +79,8 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
             ]
             for outcome in await handle_batch(deps, records):
                 OUTCOMES.labels(outcome=outcome).inc()
+            for event in events:
+                await concrete.ack(event)
 
     return app
 

@@ -193,6 +193,11 @@ _INSERT = text(
     " ON CONFLICT (key, type_group) DO UPDATE SET updated_at = now()"
     " RETURNING id, key, (xmax = 0) AS inserted"
 )
+# Held from entity creation to commit (transaction-scoped): concurrent indexers create entities
+# one at a time, so near-duplicate names resolve as they would in one indexer. Distinct from the
+# communities' RECOMPUTE_LOCK_KEY ("kgcomm").
+ENTITY_CREATE_LOCK_KEY = 0x6B67656E74  # "kgent"
+_CREATE_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
 # A wildcard entity (say, a title) that meets a typed mention takes the type, unless an entity
 # of that key and type exists already.
 _NARROW = text(
@@ -215,26 +220,20 @@ async def resolve_entities(
     surfaces: Mapping[str, Surface],
     resolution: Resolution,
 ) -> Resolved:
-    """Map every surface to a stored entity, creating the ones nothing matches. Set-based:
-    three statements per document whatever its size."""
+    """Map every surface to a stored entity, creating the ones nothing matches. Set-based: a
+    handful of statements per document whatever its size."""
     out = Resolved({}, set())
     keys = sorted(surfaces)
     if not keys:
         return out
-    rows = (await conn.execute(_EXISTING, {"keys": keys})).all()
-    by_key: dict[str, list[Any]] = {}
-    for r in rows:
-        by_key.setdefault(r.key, []).append(r)
-    narrow: dict[int, str] = {}
-    for key in keys:
-        surface = surfaces[key]
-        fits = [r for r in by_key.get(key, []) if compatible(r.type_group, surface.group)]
-        if fits:
-            # Same group over a wildcard, then the better-evidenced entity, then the oldest.
-            best = min(fits, key=lambda r: (r.type_group != surface.group, -r.mention_count, r.id))
-            out.ids[key] = int(best.id)
-            if best.type_group == WILDCARD and surface.group != WILDCARD:
-                narrow[int(best.id)] = surface.group
+    narrow = await _exact(conn, surfaces, keys, out)
+    unresolved = [k for k in keys if k not in out.ids]
+    if unresolved or narrow:
+        # About to create or retype entities: one writer at a time from here to commit, so a
+        # name another indexer is creating (uncommitted, invisible) is merged into, not
+        # duplicated. Look again: a holder that committed meanwhile may have created it.
+        await conn.execute(_CREATE_LOCK, {"k": ENTITY_CREATE_LOCK_KEY})
+        narrow |= await _exact(conn, surfaces, unresolved, out)
     if narrow:
         ids = sorted(narrow)
         await conn.execute(_NARROW, {"ids": ids, "groups": [narrow[i] for i in ids]})
@@ -257,6 +256,29 @@ async def resolve_entities(
             if r.inserted:
                 out.added.add(int(r.id))
     return out
+
+
+async def _exact(
+    conn: AsyncConnection, surfaces: Mapping[str, Surface], keys: Sequence[str], out: Resolved
+) -> dict[int, str]:
+    """Resolve ``keys`` by key or alias into ``out``; return the wildcard entities a typed
+    mention narrows (id -> type group)."""
+    narrow: dict[int, str] = {}
+    if not keys:
+        return narrow
+    by_key: dict[str, list[Any]] = {}
+    for r in (await conn.execute(_EXISTING, {"keys": list(keys)})).all():
+        by_key.setdefault(r.key, []).append(r)
+    for key in keys:
+        surface = surfaces[key]
+        fits = [r for r in by_key.get(key, []) if compatible(r.type_group, surface.group)]
+        if fits:
+            # Same group over a wildcard, then the better-evidenced entity, then the oldest.
+            best = min(fits, key=lambda r: (r.type_group != surface.group, -r.mention_count, r.id))
+            out.ids[key] = int(best.id)
+            if best.type_group == WILDCARD and surface.group != WILDCARD:
+                narrow[int(best.id)] = surface.group
+    return narrow
 
 
 async def _similar(
