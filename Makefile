@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo up test lint clean
+.PHONY: demo up test lint tools clean
 
 $(BIN)/kgstream: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,24 @@ lint: $(BIN)/kgstream
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint  ## lint, type-check, then unit, integration and e2e tests
+# Debian packages some tests need: chromium (dashboard screenshot test) and prometheus
+# (promtool checks metrics and alert rules). Installed when run as root with apt-get; otherwise
+# nothing is installed and those tests skip, each saying which package it misses.
+tools:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$missing >/dev/null \
+		|| echo "apt-get failed: tests needing$$missing will be skipped"; \
+	else \
+		echo "not root or no apt-get: not installing$$missing; tests needing them will be skipped"; \
+	fi
+
+test: lint tools  ## lint, type-check, then unit, integration and e2e tests
 	$(BIN)/python -m pytest
 
 clean:
