@@ -74,6 +74,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
                     offset=e.message.offset,
                     key=e.message.key,
                     value=e.message.value,
+                    timestamp=e.message.timestamp,  # faust gives seconds since the epoch
                 )
                 for e in events
             ]

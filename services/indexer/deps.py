@@ -28,6 +28,7 @@ class RawRecord:
     offset: int
     key: bytes | None
     value: bytes | None
+    timestamp: float | None = None  # the Kafka record's timestamp, seconds since the epoch
 
 
 @dataclass(frozen=True)
