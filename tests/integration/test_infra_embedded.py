@@ -12,7 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from sqlalchemy.engine import make_url
 
+from services.core.infra import postgres
 from services.core.infra.broker import EmbeddedBroker
 from services.core.infra.manager import (
     InfraState,
@@ -23,7 +25,7 @@ from services.core.infra.manager import (
     resolve_endpoints,
 )
 from services.core.infra.ports import pid_alive, port_answers
-from services.core.infra.postgres import EmbeddedPostgres
+from services.core.infra.postgres import ADMIN_USER, DB_NAME, DB_USER, EmbeddedPostgres
 from services.core.infra.topics import ensure_topics
 from services.core.settings import Settings
 
@@ -58,10 +60,16 @@ def test_up_starts_both_on_loopback(state: InfraState, settings: Settings) -> No
     assert state.postgres.alive
     assert state.broker.managed
     assert state.broker.alive
-    assert (
-        state.postgres.endpoint
-        == f"postgresql+psycopg://kgstream@127.0.0.1:{state.postgres.port}/kgstream"
+    url = make_url(state.postgres.endpoint or "")
+    assert (url.drivername, url.username, url.host, url.port, url.database) == (
+        "postgresql+psycopg",
+        "kgstream",
+        "127.0.0.1",
+        state.postgres.port,
+        "kgstream",
     )
+    assert url.password == EmbeddedPostgres(settings.home_dir).password("kgstream")
+    assert "kgstream:***@" in str(state.to_dict()["postgres"]["endpoint"])  # masked when shown
     assert state.broker.endpoint == f"127.0.0.1:{state.broker.port}"
     assert resolve_endpoints(settings).kafka_bootstrap_servers == state.broker.endpoint
     if os.geteuid() == 0:
@@ -92,6 +100,75 @@ def test_extensions_can_be_created(state: InfraState) -> None:
         assert 0.5 < row[1] < 1.0
         assert conn.execute("SHOW maintenance_work_mem").fetchone() == ("1GB",)
         assert conn.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
+
+
+def _libpq(endpoint: str | None) -> str:
+    assert endpoint is not None
+    return endpoint.replace("postgresql+psycopg://", "postgresql://")
+
+
+def test_the_service_role_is_no_superuser(state: InfraState) -> None:
+    """Issue 8, finding 7: the embedded role was a superuser that trusted every local
+    connection. The service's role now cannot reach the server's files or programs."""
+    with psycopg.connect(_libpq(state.postgres.endpoint), autocommit=True) as conn:
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        assert row == (False,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("COPY (SELECT 1) TO PROGRAM 'true'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT pg_read_file('pg_hba.conf')")
+
+
+@pytest.mark.parametrize("user", [DB_USER, ADMIN_USER])
+def test_no_connection_without_the_password(state: InfraState, user: str) -> None:
+    port = state.postgres.port
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(f"host=127.0.0.1 port={port} user={user} dbname={DB_NAME}")
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(f"host=127.0.0.1 port={port} user={user} password=wrong dbname={DB_NAME}")
+
+
+def test_passwords_and_state_are_private(state: InfraState, settings: Settings) -> None:
+    secrets = settings.home_dir / "secrets"
+    assert secrets.stat().st_mode & 0o777 == 0o700
+    for path in secrets.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    assert Path(state.state_file).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_cluster_from_an_older_kgstream_gets_passwords(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: initdb with trust, bootstrap superuser ``kgstream`` owning the database. At the
+    next start it requires passwords and keeps its data; its role stays a superuser
+    (PostgreSQL cannot demote the bootstrap superuser), and the start says so."""
+    pg = EmbeddedPostgres(tmp_path / "home")
+    try:
+        with monkeypatch.context() as old:
+            old.setattr(postgres, "ADMIN_USER", DB_USER)  # the old initdb made kgstream super
+            old.setattr(EmbeddedPostgres, "_secure", lambda _: None)
+            old.setattr(EmbeddedPostgres, "_ensure_database", lambda _: None)
+            old.setattr(EmbeddedPostgres, "_service_role_is_superuser", lambda _: False)
+            pg.start()
+            trust = f"host=127.0.0.1 port={pg.port} user={DB_USER} dbname=postgres"
+            with psycopg.connect(trust, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+            with psycopg.connect(trust.replace("postgres", DB_NAME), autocommit=True) as conn:
+                conn.execute("CREATE TABLE kept (x int)")
+                conn.execute("INSERT INTO kept VALUES (42)")
+            pg.stop()
+        url = pg.start()
+        with psycopg.connect(_libpq(url), autocommit=True) as conn:
+            assert conn.execute("SELECT x FROM kept").fetchone() == (42,)
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(trust)
+        assert "infra down --purge" in caplog.text
+        pg.stop()
+        caplog.clear()
+        assert pg.start() == url  # a second start: already secured, still warned
+        assert "infra down --purge" in caplog.text
+    finally:
+        pg.purge()
 
 
 def test_produce_and_consume(state: InfraState) -> None:

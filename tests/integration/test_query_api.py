@@ -250,7 +250,7 @@ async def test_operations_endpoints(api: httpx.AsyncClient) -> None:
 async def test_database_down_is_503(
     infra: Infra, embedder: OnnxMiniLmEmbedder, extractor: SpacyExtractor, cpu_pool: Any
 ) -> None:
-    nowhere = f"postgresql+psycopg://kgstream@127.0.0.1:{free_port()}/kgstream"
+    nowhere = f"postgresql+psycopg://kgstream:x@127.0.0.1:{free_port()}/kgstream"
     async for client in _client(nowhere, infra, embedder, extractor, cpu_pool):
         resp = await client.post("/v1/query", json={"question": "anything", "mode": "vector"})
         assert resp.status_code == 503

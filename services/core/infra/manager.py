@@ -109,7 +109,10 @@ def _read_state(settings: Settings) -> dict[str, Any]:
 def _write_state(settings: Settings, data: dict[str, Any]) -> None:
     path = _state_path(settings)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    # The embedded database URL carries its password: readable by this user alone.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
 
 

