@@ -30,14 +30,17 @@ from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
+from services.core.llm.client import process_client
 from services.core.settings import Settings
 from services.query_api import vector
 from services.query_api.app import create_app
 from services.query_api.auth import get_caller
+from services.query_api.llm import OpenAIChat
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
 from tests.conftest import Infra
-from tests.support.query_fixtures import SAMPLE, clone_database
+from tests.support.openai_stub import OpenAIStub
+from tests.support.query_fixtures import COMMUNITIES, SAMPLE, clone_database
 
 pytestmark = pytest.mark.integration
 GROUPS = ("g1", "g2", "g3")
@@ -467,3 +470,39 @@ async def test_restricted_vector_search_without_iterative_scan(
     req = QueryRequest(question=QUESTIONS[-1], mode="vector", k=5)
     resp = await env.service.query(req, Caller())
     assert len(resp.contexts) == 5
+
+
+async def test_global_map_reduce_sends_the_llm_only_visible_communities(
+    env: Env, openai_stub: OpenAIStub
+) -> None:
+    """The LLM path of global mode (map over community summaries, then reduce) sees only
+    communities the caller may read: the filter runs before ranking, so before the map step."""
+    songs = next(cid for cid, _, _, title, *_ in COMMUNITIES if title.startswith("Songs"))
+    airports = next(cid for cid, _, _, title, *_ in COMMUNITIES if title.startswith("Airports"))
+    hidden_docs = env.corpus.community_docs[songs]
+    access: dict[str, Access] = {
+        d: ((None, ["g1"]) if d in hidden_docs else OPEN) for d in env.corpus.docs
+    }
+    caller = Caller(tenant=None, groups=frozenset())
+    oracle = Oracle(env.corpus, caller, access)
+    assert songs not in oracle.communities
+    assert airports in oracle.communities
+    summary = {cid: text for cid, _, _, _, text, _ in COMMUNITIES}
+    client = process_client(Settings(openai_base_url=openai_stub.base_url, llm_max_attempts=1))
+    assert client is not None
+    service = replace(env.service, llm=OpenAIChat(client, "stub-chat", 1))
+    await env.assign(access)
+    try:
+        for question in ("What are the main themes across the collection?", "Songs and music?"):
+            req = QueryRequest(question=question, mode="global", k=10)
+            oracle.check_query((await service.query(req, caller)).model_dump(mode="json"))
+    finally:
+        await env.assign(dict.fromkeys(env.corpus.docs, OPEN))
+    sent = [
+        "\n".join(str(m.get("content", "")) for m in r.body.get("messages", []))
+        for r in openai_stub.requests_to("/chat/completions")
+    ]
+    assert any(summary[airports] in body for body in sent), "the map step never ran"
+    for body in sent:
+        assert summary[songs] not in body
+        oracle.no_hidden_text(body)
