@@ -13,7 +13,10 @@ from typing import Any
 
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.core.contracts import event_problems
 from services.core.errors import TransientError
 from services.core.producer import make_producer, publish_events
@@ -37,6 +40,37 @@ def validate_batch(
         if errors:
             problems.append({"index": index, "event_id": _event_id(item), "errors": errors})
     return ([] if problems else list(items)), problems
+
+
+def tenant_bound(caller: Caller) -> bool:
+    """Writes of a non-admin API key stay in the key's tenant (none for a tenantless key).
+    Anonymous callers (keys not required, loopback) and admin keys write anywhere."""
+    return caller.key_id is not None and not caller.admin
+
+
+def bind_tenant(events: list[dict[str, Any]], tenant: str | None) -> list[dict[str, Any]]:
+    """Give events without a tenant the key's; return a problem per event naming another."""
+    problems = []
+    for index, event in enumerate(events):
+        if event.get("type", "upsert") == "upsert" and "tenant" not in event and tenant:
+            event["tenant"] = tenant
+        elif event.get("tenant") != tenant and "tenant" in event:
+            reason = "this API key may only write documents of its own tenant"
+            problems.append({"index": index, "event_id": _event_id(event), "errors": [reason]})
+    return problems
+
+
+async def foreign_documents(
+    conn: AsyncConnection, doc_ids: Sequence[str], tenant: str | None
+) -> set[str]:
+    """Which of ``doc_ids`` are stored (deleted or not) under another tenant."""
+    rows = await conn.execute(
+        text(
+            "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) AND tenant IS DISTINCT FROM :t"
+        ),
+        {"ids": list(doc_ids), "t": tenant},
+    )
+    return {str(r[0]) for r in rows.all()}
 
 
 def delete_event(doc_id: str) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from services.core.status import database_status
 from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.entities import entity_detail, search_entities
 from services.query_api.global_mode import list_communities
-from services.query_api.ingest import DocumentPublisher, delete_event, validate_batch
+from services.query_api.ingest import (
+    DocumentPublisher,
+    bind_tenant,
+    delete_event,
+    foreign_documents,
+    tenant_bound,
+    validate_batch,
+)
 from services.query_api.limits import LimitedQuery
 from services.query_api.paths import find_routes
 from services.query_api.problems import Problem
@@ -161,14 +168,32 @@ async def communities(
 async def post_documents(
     request: Request,
     publisher: PublisherDep,
+    svc: ServiceDep,
+    caller: CallerDep,
     body: Annotated[Any, Body(description="One document event v1, or a list of them.")],
 ) -> IngestAccepted:
-    """Validate document events and publish them to the documents topic (all or none)."""
+    """Validate document events and publish them to the documents topic (all or none). A
+    non-admin key writes only into its own tenant: events without a tenant get the key's."""
     settings = request.app.state.settings
     events, problems = validate_batch(body, settings.max_document_bytes, settings.ingest_max_events)
     if problems:
         detail = f"{len(problems)} invalid event(s); nothing was published"
         raise Problem(422, "Invalid document events", detail, errors=problems)
+    if tenant_bound(caller):
+        problems = bind_tenant(events, caller.tenant)
+        async with svc.engine.connect() as conn:
+            foreign = await foreign_documents(
+                conn, [str(e["doc_id"]) for e in events], caller.tenant
+            )
+        reason = "the document belongs to another tenant"
+        problems += [
+            {"index": i, "event_id": e.get("event_id"), "errors": [reason]}
+            for i, e in enumerate(events)
+            if str(e["doc_id"]) in foreign
+        ]
+        if problems:
+            detail = f"{len(problems)} event(s) outside this key's tenant; nothing was published"
+            raise Problem(403, "Forbidden", detail, errors=problems)
     await asyncio.to_thread(publisher.send, events)
     ids = [str(e["event_id"]) for e in events]
     return IngestAccepted(accepted=len(ids), event_ids=ids, topic=publisher.topic)
@@ -182,9 +207,16 @@ async def post_documents(
     dependencies=[INGEST],
 )
 async def delete_document(
-    publisher: PublisherDep, doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)]
+    publisher: PublisherDep,
+    svc: ServiceDep,
+    caller: CallerDep,
+    doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)],
 ) -> IngestAccepted:
-    """Publish a delete event for the document."""
+    """Publish a delete event for the document (a non-admin key: only in its own tenant)."""
+    if tenant_bound(caller):
+        async with svc.engine.connect() as conn:
+            if await foreign_documents(conn, [doc_id], caller.tenant):
+                raise Problem(403, "Forbidden", "the document belongs to another tenant")
     event = delete_event(doc_id)
     await asyncio.to_thread(publisher.send, [event])
     return IngestAccepted(accepted=1, event_ids=[event["event_id"]], topic=publisher.topic)

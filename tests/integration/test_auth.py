@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -17,6 +19,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from kafka import KafkaConsumer
 from sqlalchemy import text
 from starlette.routing import BaseRoute
 
@@ -316,3 +319,80 @@ async def test_only_hashes_are_stored(auth_db: Sample) -> None:
     await revoke_key(engine, row.id)
     assert await verify_key(engine, key) is None
     await engine.dispose()
+
+
+def published_events(bootstrap: str, topic: str, expected: int) -> list[dict[str, Any]]:
+    """Every event on ``topic`` (waits until ``expected`` arrived, or 20 s)."""
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    found: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + 20
+        while len(found) < expected and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                found += [json.loads(r.value) for r in batch]
+    finally:
+        consumer.close()
+    return found
+
+
+async def test_ingest_keys_write_only_into_their_tenant(
+    make_client: ClientFactory, infra: Infra, topics: dict[str, str]
+) -> None:
+    """Issue 8: an ingest key bound to a tenant could publish documents into any tenant and
+    delete other tenants' documents. Now: events without a tenant get the key's, another tenant
+    or another tenant's doc_id is refused (403, nothing published), admin keys write anywhere."""
+    async with make_client(auth="required", auth_cache_ttl_s=0) as (client, app):
+        engine = app.state.service.engine
+        acme = bearer((await create_key(engine, ["ingest"], tenant="acme"))[1])
+        plain = bearer((await create_key(engine, ["ingest"]))[1])
+        admin = bearer((await create_key(engine, ["admin"]))[1])
+        async with engine.begin() as conn:
+            theirs = await conn.scalar(
+                text(
+                    "UPDATE documents SET tenant = 'other' WHERE doc_id = (SELECT min(doc_id)"
+                    " FROM documents) RETURNING doc_id"
+                )
+            )
+        try:
+
+            def event(n: int, **extra: Any) -> dict[str, Any]:
+                return {**EVENT, "event_id": f"tenant-{n}", "doc_id": f"acme-{n}", **extra}
+
+            async def post(body: Any, headers: dict[str, str]) -> httpx.Response:
+                resp: httpx.Response = await client.post(
+                    "/v1/documents", json=body, headers=headers
+                )
+                return resp
+
+            assert (await post(event(1), acme)).status_code == 202
+            assert (await post(event(2, tenant="acme"), acme)).status_code == 202
+            refused = [
+                (event(3, tenant="other"), acme),
+                (event(4, doc_id=theirs), acme),
+                ([event(5), event(6, tenant="other")], acme),  # all or none
+                (event(7, tenant="acme"), plain),
+                (event(8, doc_id=theirs), plain),
+            ]
+            for body, headers in refused:
+                resp = await post(body, headers)
+                assert_problem(resp, 403, ("POST", "/v1/documents"), str(body))
+                assert "Traceback" not in resp.text
+            resp = await client.delete(f"/v1/documents/{theirs}", headers=acme)
+            assert_problem(resp, 403, ("DELETE", "/v1/documents/{doc_id}"), "foreign")
+            assert (await client.delete("/v1/documents/acme-1", headers=acme)).status_code == 202
+            assert (await post(event(9, doc_id=theirs, tenant="x"), admin)).status_code == 202
+            assert (
+                await client.delete(f"/v1/documents/{theirs}", headers=admin)
+            ).status_code == 202
+        finally:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text("UPDATE documents SET tenant = NULL WHERE doc_id = :d"), {"d": theirs}
+                )
+    found = await asyncio.to_thread(published_events, infra.bootstrap, topics["documents"], 5)
+    upserts = {e["event_id"]: e.get("tenant") for e in found if e["type"] == "upsert"}
+    assert upserts == {"tenant-1": "acme", "tenant-2": "acme", "tenant-9": "x"}
+    deletes = sorted(e["doc_id"] for e in found if e["type"] == "delete")
+    assert deletes == sorted(["acme-1", theirs])
