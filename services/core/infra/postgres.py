@@ -332,6 +332,9 @@ class EmbeddedPostgres:
                 ).fetchone()
                 if found is None:  # (an older kgstream's database is already kgstream's)
                     conn.execute(f'CREATE DATABASE "{DB_NAME}" OWNER "{DB_USER}"')
+                # DROP DATABASE ... WITH (FORCE) of its own databases (tests, re-indexing) must
+                # end sessions that are not its own, such as autovacuum's on that database.
+                conn.execute(f'GRANT pg_signal_backend TO "{DB_USER}"')
         except psycopg.Error as exc:
             msg = f"cannot create database {DB_NAME}: {exc}"
             raise InfraError(f"{msg}\n{log_tail(self.log_file)}") from exc
