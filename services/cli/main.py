@@ -319,8 +319,19 @@ def eval_cmd(
 
 
 @app.command()
-def status(json_out: JsonFlag = False) -> None:
-    """Documents, chunks, entities and relationships in the database, and more."""
+def status(
+    json_out: JsonFlag = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Refresh until Ctrl-C (with --json: one per line).")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.2, help="Seconds between refreshes (--watch).")
+    ] = 2.0,
+) -> None:
+    """Counts, throughput, freshness, lag, dead letters by reason, change ratio against the
+    threshold, snapshot history and token use."""
+    from services.cli.status_view import render
+    from services.cli.status_view import watch as watch_status
     from services.core.db.engine import make_engine
     from services.core.infra.manager import resolve_endpoints
     from services.core.status import database_status
@@ -329,32 +340,32 @@ def status(json_out: JsonFlag = False) -> None:
     endpoints = resolve_endpoints(settings)
     engine = make_engine(endpoints.database_url)
 
-    async def go() -> dict[str, Any]:
+    async def read() -> dict[str, Any]:
+        return await database_status(
+            engine,
+            bootstrap=endpoints.kafka_bootstrap_servers,
+            stall_after_s=settings.indexer_stall_after_s,
+            recompute_threshold=settings.recompute_threshold,
+            freshness_window_s=settings.status_freshness_window_s,
+        )
+
+    async def go() -> dict[str, Any] | None:
         try:
-            return await database_status(
-                engine,
-                bootstrap=endpoints.kafka_bootstrap_servers,
-                stall_after_s=settings.indexer_stall_after_s,
-            )
+            if watch:  # runs until Ctrl-C cancels it
+                await watch_status(read, interval_s=interval, as_json=json_out)
+                return None
+            return await read()
         finally:
             await engine.dispose()
 
-    data = asyncio.run(go())
-    if json_out:
-        typer.echo(json.dumps(data, indent=2))
+    try:
+        data = asyncio.run(go())
+    except KeyboardInterrupt:  # Ctrl-C ends --watch: an ordinary way out, no traceback
+        typer.echo("")
         return
-    indexer = data.pop("indexer")
-    for key, value in data.items():
-        typer.echo(f"{key:>18}: {value}")
-    for p in indexer["partitions"]:
-        state = "STALLED" if p["stalled"] else "ok"
-        retry = (
-            f", retrying {p['retrying_for_s']}s: {p['last_error']}" if p["retrying_for_s"] else ""
-        )
-        typer.echo(
-            f"{'indexer':>18}: {p['topic']}/{p['partition']} {state}: next offset "
-            f"{p['next_offset']}, lag {p['lag']}, idle {p['idle_s']}s{retry}"
-        )
+    if data is None:
+        return
+    typer.echo(json.dumps(data, indent=2) if json_out else render(data))
 
 
 @app.command()

@@ -282,6 +282,26 @@ class Settings(BaseSettings):
         description="Queries (POST /v1/query, GET /v1/paths) served at once by one API process; "
         "more are answered 429 with Retry-After.",
     )
+    # --- status and dashboard (issue 9) -------------------------------------------------
+    status_freshness_window_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Status reports freshness p50/p99 over events applied in this many seconds.",
+    )
+    dashboard_sample_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the query API samples lag, change ratio and query latency for "
+        "/dashboard (kept in memory, per API process).",
+    )
+    dashboard_window_s: float = Field(
+        default=3600.0,
+        ge=60,
+        description="How far back /dashboard charts reach (database history and the samples).",
+    )
+    dashboard_refresh_s: float = Field(
+        default=5.0, gt=0, description="How often the /dashboard page fetches fresh data."
+    )
 
     log_level: str = Field(default="INFO", description="Python log level.")
 

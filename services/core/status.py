@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.core.activity import activity
 from services.core.change_state import read_change_state
 from services.core.indexer_health import end_offsets, health, read_progress
 
@@ -26,10 +27,17 @@ _COUNTS = {
 
 
 async def database_status(
-    engine: AsyncEngine, *, bootstrap: str | None = None, stall_after_s: float = 120.0
+    engine: AsyncEngine,
+    *,
+    bootstrap: str | None = None,
+    stall_after_s: float = 120.0,
+    recompute_threshold: float = 0.10,
+    freshness_window_s: float = 600.0,
 ) -> dict[str, Any]:
-    """Row counts (integers) read in one snapshot, the published community snapshot, and the
-    indexer's progress per partition (with lag when the broker at ``bootstrap`` answers)."""
+    """Row counts (integers) read in one snapshot, the published community snapshot, the
+    indexer's progress per partition (with lag when the broker at ``bootstrap`` answers), and
+    recent activity (services/core/activity.py: throughput, freshness, dead letters by reason,
+    change ratio against ``recompute_threshold``, snapshot history, token use)."""
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
@@ -37,6 +45,14 @@ async def database_status(
                 name: int(await conn.scalar(text(sql)) or 0) for name, sql in _COUNTS.items()
             }
             out["change_ratio"] = (await read_change_state(conn)).ratio
+            out.update(
+                await activity(
+                    conn,
+                    change_ratio=out["change_ratio"],
+                    threshold=recompute_threshold,
+                    freshness_window_s=freshness_window_s,
+                )
+            )
             progress = await read_progress(conn)
             snap = (
                 await conn.execute(

@@ -20,13 +20,16 @@ from services.indexer.documents import (
 from services.indexer.ordering import decide_delete, decide_upsert
 
 
-async def commit_upsert(deps: IndexerDeps, plan: UpsertPlan, computed: Computed) -> Outcome:
-    """Apply a planned upsert; TransientError if the document moved since it was planned."""
+async def commit_upsert(
+    deps: IndexerDeps, plan: UpsertPlan, computed: Computed, published_at: float | None = None
+) -> Outcome:
+    """Apply a planned upsert; TransientError if the document moved since it was planned.
+    ``published_at``: the Kafka record's timestamp (seconds), kept for freshness."""
     event = plan.event
     if plan.duplicate:
         return "duplicate"
     async with deps.engine.begin() as conn:
-        if not await mark_processed(conn, event, "pending"):
+        if not await mark_processed(conn, event, "pending", published_at):
             return "duplicate"
         decision = decide_upsert(
             await stored_doc(conn, event.doc_id, lock=True), event, plan.doc_hash
@@ -85,10 +88,12 @@ async def commit_upsert(deps: IndexerDeps, plan: UpsertPlan, computed: Computed)
     return "applied"
 
 
-async def apply_delete(deps: IndexerDeps, event: DocumentEvent) -> Outcome:
+async def apply_delete(
+    deps: IndexerDeps, event: DocumentEvent, published_at: float | None = None
+) -> Outcome:
     """Remove the document's chunks and everything only they evidenced; leave a tombstone."""
     async with deps.engine.begin() as conn:
-        if not await mark_processed(conn, event, "pending"):
+        if not await mark_processed(conn, event, "pending", published_at):
             return "duplicate"
         decision = decide_delete(await stored_doc(conn, event.doc_id, lock=True), event)
         if decision != "apply":

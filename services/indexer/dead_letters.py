@@ -105,7 +105,7 @@ async def _store(
             )
         ).one()
         if event is not None and storable(event.event_id) == event.event_id:
-            await mark_processed(conn, event, "dead_lettered")
+            await mark_processed(conn, event, "dead_lettered", record.timestamp)
     return int(row.id), bool(row.published)
 
 

@@ -30,22 +30,37 @@ async def already_processed(conn: AsyncConnection, event_id: str) -> bool:
     return found is not None
 
 
-async def mark_processed(conn: AsyncConnection, event: DocumentEvent, outcome: str) -> bool:
-    """Claim the event id; False when another transaction already did (a duplicate)."""
+async def mark_processed(
+    conn: AsyncConnection, event: DocumentEvent, outcome: str, published_at: float | None = None
+) -> bool:
+    """Claim the event id; False when another transaction already did (a duplicate). The
+    event's ``occurred_at`` and its record's timestamp (``published_at``, seconds since the
+    epoch) are kept for freshness (services/core/freshness.py)."""
     inserted = await conn.scalar(
         text(
-            "INSERT INTO processed_events (event_id, doc_id, outcome) VALUES (:e, :d, :o)"
+            "INSERT INTO processed_events (event_id, doc_id, outcome, occurred_at, published_at)"
+            " VALUES (:e, :d, :o, :at, to_timestamp(:pub))"
             " ON CONFLICT (event_id) DO NOTHING RETURNING 1"
         ),
-        {"e": event.event_id, "d": event.doc_id, "o": outcome},
+        {
+            "e": event.event_id,
+            "d": event.doc_id,
+            "o": outcome,
+            "at": event.occurred_at,
+            "pub": published_at,
+        },
     )
     return inserted is not None
 
 
 async def set_outcome(conn: AsyncConnection, event_id: str, outcome: str) -> None:
-    """Record how a claimed event ended."""
+    """Record how a claimed event ended, and when: ``processed_at`` moves to now (the wall
+    clock, not the transaction's start), the last statement before the commit."""
     await conn.execute(
-        text("UPDATE processed_events SET outcome = :o WHERE event_id = :e"),
+        text(
+            "UPDATE processed_events SET outcome = :o, processed_at = clock_timestamp()"
+            " WHERE event_id = :e"
+        ),
         {"o": outcome, "e": event_id},
     )
 

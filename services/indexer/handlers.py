@@ -74,15 +74,17 @@ async def apply_event(
     event: DocumentEvent,
     plan: UpsertPlan | None = None,
     computed: Computed | None = None,
+    published_at: float | None = None,
 ) -> Outcome:
-    """Apply a validated event (planning and computing it now unless given)."""
+    """Apply a validated event (planning and computing it now unless given); ``published_at``
+    is its record's timestamp (seconds since the epoch), recorded for freshness."""
     if event.type == "delete":
-        return await apply_delete(deps, event)
+        return await apply_delete(deps, event, published_at)
     if plan is None or computed is None:
         async with deps.engine.connect() as conn:
             plan = await plan_upsert(deps, conn, event)
         (computed,) = await compute(deps, [plan])
-    return await commit_upsert(deps, plan, computed)
+    return await commit_upsert(deps, plan, computed, published_at)
 
 
 async def _compute_batch(
@@ -125,7 +127,7 @@ async def _settle(
     delay = FIRST_BACKOFF_S
     while True:
         try:
-            return await apply_event(deps, event, plan, computed)
+            return await apply_event(deps, event, plan, computed, record.timestamp)
         except Exception as exc:  # noqa: BLE001 - the boundary: retry or dead-letter, never raise
             if not is_transient(exc):
                 await dead_letter(deps, record, as_permanent(exc), event=event)

@@ -17,7 +17,7 @@ from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
-from services.query_api import auth, problems
+from services.query_api import auth, dashboard, problems
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import BodyLimits, QueryGate
 from services.query_api.routes import router
@@ -51,10 +51,11 @@ def create_app(
     )
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await check_schema(svc.engine, settings.embedding_dim)
         try:
-            yield
+            async with dashboard.sampling(app):
+                yield
         finally:
             await asyncio.to_thread(publisher.close)
             if service is None:  # ours to close
@@ -77,6 +78,7 @@ def create_app(
     problems.install(app)
     auth.install(app, settings, svc.engine)
     app.include_router(router)
+    dashboard.install(app, settings, svc.engine, publisher.bootstrap)
     # Added last = outermost: the body checks run before anything else reads the request.
     app.add_middleware(
         QueryGate,

@@ -224,11 +224,16 @@ async def delete_document(
 
 @router.get("/v1/status", tags=["operations"], dependencies=[ADMIN])
 async def status(request: Request, svc: ServiceDep) -> dict[str, Any]:
-    """Row counts, the published snapshot, and the indexer's progress, lag and stalls."""
+    """Row counts, the published snapshot, the indexer's progress, lag and stalls, and recent
+    activity: throughput, freshness, dead letters by reason, change ratio against the
+    threshold, snapshot history, token use."""
+    settings = request.app.state.settings
     return await database_status(
         svc.engine,
         bootstrap=get_publisher(request).bootstrap,
-        stall_after_s=request.app.state.settings.indexer_stall_after_s,
+        stall_after_s=settings.indexer_stall_after_s,
+        recompute_threshold=settings.recompute_threshold,
+        freshness_window_s=settings.status_freshness_window_s,
     )
 
 

@@ -1,0 +1,99 @@
+"""`kgstream status` for people: the status document (services/core/status.py) as text, and
+`--watch`, which draws it again every few seconds until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}s"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The status document as aligned lines: counts first, then the sections issue 9 added."""
+    lines: list[str] = []
+    sections = {
+        "indexer",
+        "throughput",
+        "freshness",
+        "dead_letters_by_reason",
+        "change",
+        "snapshots",
+        "tokens",
+    }
+    for key, value in data.items():
+        if key not in sections:
+            lines.append(f"{key:>18}: {value}")
+    tp = data["throughput"]
+    lines.append(
+        f"{'throughput':>18}: applied {tp['1m']['applied_per_s']}/s over 1 min "
+        f"({tp['1m']['applied']} applied, {tp['1m']['handled']} handled), "
+        f"{tp['5m']['applied_per_s']}/s over 5 min ({tp['5m']['applied']} applied)"
+    )
+    fresh = data["freshness"]
+    for since in ("occurred", "published"):
+        f = fresh[f"since_{since}"]
+        lines.append(
+            f"{'freshness':>18}: since {since}: p50 {_s(f['p50_s'])}, p99 {_s(f['p99_s'])} "
+            f"({f['events']} events in the last {fresh['window_s']:g}s)"
+        )
+    change = data["change"]
+    verdict = "over: a recompute is due" if change["over_threshold"] else "under"
+    lines.append(
+        f"{'change':>18}: ratio {change['ratio']:.4f}, threshold {change['threshold']} ({verdict})"
+    )
+    reasons = data["dead_letters_by_reason"]
+    shown = ", ".join(f"{r} {n}" for r, n in reasons.items()) or "none"
+    lines.append(f"{'dead letters':>18}: {shown}")
+    for snap in data["snapshots"]:
+        took = "" if snap["recompute_s"] is None else f", recompute {snap['recompute_s']:g}s"
+        lines.append(
+            f"{'snapshot':>18}: #{snap['id']} {snap['status']}, started {snap['created_at']}"
+            f"{took}, {snap['communities']} communities on {snap['levels']} levels"
+        )
+    for t in data["tokens"]:
+        lines.append(
+            f"{'tokens':>18}: {t['purpose']} {t['model']}: {t['prompt_tokens']} prompt, "
+            f"{t['completion_tokens']} completion"
+        )
+    for p in data["indexer"]["partitions"]:
+        state = "STALLED" if p["stalled"] else "ok"
+        retry = (
+            f", retrying {p['retrying_for_s']}s: {p['last_error']}" if p["retrying_for_s"] else ""
+        )
+        lines.append(
+            f"{'indexer':>18}: {p['topic']}/{p['partition']} {state}: next offset "
+            f"{p['next_offset']}, lag {p['lag']}, idle {p['idle_s']}s{retry}"
+        )
+    return "\n".join(lines)
+
+
+async def watch(
+    read: Callable[[], Awaitable[dict[str, Any]]],
+    *,
+    interval_s: float,
+    as_json: bool,
+    out: TextIO = sys.stdout,
+) -> None:
+    """Print the status every ``interval_s`` seconds until cancelled: the screen is cleared
+    first on a terminal; ``as_json`` prints one compact JSON document per line instead."""
+    while True:
+        data = await read()
+        if as_json:
+            out.write(json.dumps(data) + "\n")
+        else:
+            if out.isatty():
+                out.write(CLEAR)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            out.write(f"kgstream status at {stamp} (every {interval_s:g}s, Ctrl-C to stop)\n")
+            out.write(render(data) + "\n\n")
+        out.flush()
+        await asyncio.sleep(interval_s)
