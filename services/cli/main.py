@@ -385,6 +385,7 @@ def up() -> None:
         signal.signal(sig, lambda *_: stop.set())
     with running_stack(settings, settings.api_port) as stack:
         typer.echo(f"kgstream is up: query API on {stack.api_url} (docs at {stack.api_url}/docs)")
+        typer.echo(f"dashboard: {stack.api_url}/dashboard")
         typer.echo("Ctrl-C to stop")
         while not stop.wait(1.0):
             stack.check_alive()

@@ -29,7 +29,9 @@ QUIETER = {
     "kafka": logging.WARNING,
     "aiokafka": logging.WARNING,
     "kafka.net.selector": logging.ERROR,
-    "apscheduler": logging.WARNING,  # one line per scheduler tick otherwise
+    # INFO is one line per tick; WARNING says a tick was skipped while a recompute still runs,
+    # which max_instances=1 asks for (services/communities/app.py).
+    "apscheduler": logging.ERROR,
 }
 
 
