@@ -139,7 +139,8 @@ def publish_lines(bootstrap: str, topic: str, lines: Sequence[str]) -> list[Publ
 
 def end_offsets(published: Iterable[Published]) -> dict[int, int]:
     """partition -> offset after the last published record (computed from the acks, since
-    tansu's own end offsets are approximate: DESIGN.md)."""
+    tansu's own end offsets are approximate: docs/architecture.md, "The embedded broker
+    (tansu)")."""
     ends: dict[int, int] = {}
     for p in published:
         ends[p.partition] = max(ends.get(p.partition, 0), p.offset + 1)
