@@ -162,11 +162,19 @@ def worker(name: Annotated[str, typer.Argument(help="indexer | communities | que
     """Run one process (for real deployments: compose, Kubernetes)."""
     if name not in WORKERS:
         raise _fail(f"unknown worker {name!r}: choose indexer, communities or query-api", 2)
+    from services.core.errors import KgstreamError
+
     settings = _settings(process=name)
+    log = logging.getLogger("kgstream")
+    # A worker that cannot go on says why in one log record (one JSON line in json mode): ours
+    # (configuration, schema) without a traceback, as `main` prints them; anything else with.
     try:
         WORKERS[name](settings)
-    except Exception as exc:  # a crash is one log record (one JSON line in json mode)
-        logging.getLogger("kgstream").critical("the %s worker failed: %s", name, exc, exc_info=True)
+    except KgstreamError as exc:
+        log.error("error: %s", exc)  # noqa: TRY400 - a known condition, not a bug
+        raise typer.Exit(1) from None
+    except Exception as exc:
+        log.critical("the %s worker failed: %s", name, exc, exc_info=True)
         raise typer.Exit(1) from None
 
 
