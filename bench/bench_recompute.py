@@ -1,4 +1,5 @@
-"""Community recompute benchmark (DESIGN.md performance targets, "Recompute at 1M edges").
+"""Community recompute benchmark (docs/architecture.md, "Performance targets": "Recompute at 1M
+edges").
 
 For synthetic graphs of 10k, 100k and 1M edges (seeded generator with planted, nested
 community structure) it times, in the same run and on the same edge lists:

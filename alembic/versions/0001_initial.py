@@ -1,4 +1,4 @@
-"""The whole data model of DESIGN.md.
+"""The core of the data model (docs/architecture.md, "Data model").
 
 The vector width comes from the migration's `embedding_dim` attribute (the setting
 KGSTREAM_EMBEDDING_DIM) and is recorded in kg_meta, so a process started with another width

@@ -34,16 +34,12 @@ app.add_typer(keys_app, name="keys")
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _settings() -> Settings:
+def _settings(process: str = "cli") -> Settings:
+    """The settings, and logging set up for ``process`` (KGSTREAM_LOG_LEVEL, _LOG_FORMAT)."""
+    from services.core.logs import setup_logging
+
     settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("httpx", "kafka", "aiokafka"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # kafka-python times its own poll tasks and warns past 0.1 s, which a loaded 2-core machine
-    # reaches at start-up: not a fault of ours or the broker's.
-    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
+    setup_logging(settings.log_level, settings.log_format, process)
     return settings
 
 
@@ -164,38 +160,66 @@ def publish(
 @app.command()
 def worker(name: Annotated[str, typer.Argument(help="indexer | communities | query-api")]) -> None:
     """Run one process (for real deployments: compose, Kubernetes)."""
+    if name not in WORKERS:
+        raise _fail(f"unknown worker {name!r}: choose indexer, communities or query-api", 2)
+    from services.core.errors import KgstreamError
+
+    settings = _settings(process=name)
+    log = logging.getLogger("kgstream")
+    # A worker that cannot go on says why in one log record (one JSON line in json mode): ours
+    # (configuration, schema) without a traceback, as `main` prints them; anything else with.
+    try:
+        WORKERS[name](settings)
+    except KgstreamError as exc:
+        log.error("error: %s", exc)  # noqa: TRY400 - a known condition, not a bug
+        raise typer.Exit(1) from None
+    except Exception as exc:
+        log.critical("the %s worker failed: %s", name, exc, exc_info=True)
+        raise typer.Exit(1) from None
+
+
+def _run_indexer(settings: Settings) -> None:
     from services.core.infra.manager import default_topics, resolve_endpoints
     from services.core.infra.topics import ensure_topics
+    from services.core.producer import topic_max_message_bytes
+    from services.indexer.app import run
 
-    settings = _settings()
     endpoints = resolve_endpoints(settings)
-    if name == "indexer":
-        from services.core.producer import topic_max_message_bytes
-        from services.indexer.app import run
+    ensure_topics(
+        endpoints.kafka_bootstrap_servers,
+        default_topics(settings),
+        max_message_bytes=topic_max_message_bytes(settings),
+    )
+    run(settings, endpoints)
 
-        ensure_topics(
-            endpoints.kafka_bootstrap_servers,
-            default_topics(settings),
-            max_message_bytes=topic_max_message_bytes(settings),
-        )
-        run(settings, endpoints)
-    elif name == "query-api":
-        import uvicorn
 
-        from services.query_api.app import create_app
+def _run_query_api(settings: Settings) -> None:
+    import uvicorn
 
-        uvicorn.run(
-            create_app(settings, endpoints),
-            host=settings.api_host,
-            port=settings.api_port,
-            log_level=settings.log_level.lower(),
-        )
-    elif name == "communities":
-        from services.communities.app import run as run_communities
+    from services.core.infra.manager import resolve_endpoints
+    from services.query_api.app import create_app
 
-        run_communities(settings, endpoints)
-    else:
-        raise _fail(f"unknown worker {name!r}: choose indexer, communities or query-api", 2)
+    uvicorn.run(
+        create_app(settings, resolve_endpoints(settings)),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's loggers go through our handler (services/core/logs.py)
+    )
+
+
+def _run_communities(settings: Settings) -> None:
+    from services.communities.app import run
+    from services.core.infra.manager import resolve_endpoints
+
+    run(settings, resolve_endpoints(settings))
+
+
+WORKERS: dict[str, Callable[[Settings], None]] = {
+    "indexer": _run_indexer,
+    "communities": _run_communities,
+    "query-api": _run_query_api,
+}
 
 
 @app.command()
@@ -380,6 +404,7 @@ def up() -> None:
         signal.signal(sig, lambda *_: stop.set())
     with running_stack(settings, settings.api_port) as stack:
         typer.echo(f"kgstream is up: query API on {stack.api_url} (docs at {stack.api_url}/docs)")
+        typer.echo(f"dashboard: {stack.api_url}/dashboard")
         typer.echo("Ctrl-C to stop")
         while not stop.wait(1.0):
             stack.check_alive()

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -53,10 +53,14 @@ def prepare(settings: Settings, say: bool = True) -> Endpoints:
 
 @contextlib.contextmanager
 def running_stack(
-    settings: Settings, api_port: int, child_log_level: str | None = None
+    settings: Settings,
+    api_port: int,
+    child_log_level: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[Stack]:
-    """Start infra (if needed), migrate, start the indexer and the query API; stop all of it
-    on exit, including infrastructure this call started."""
+    """Start infra (if needed), migrate, start the indexer, the communities worker and the
+    query API (``extra_env`` added to their environment); stop all of it on exit, including
+    infrastructure this call started."""
     was_running = _infra_alive(settings)
     endpoints = prepare(settings)
     env = {
@@ -66,6 +70,7 @@ def running_stack(
         "KGSTREAM_API_PORT": str(api_port),
         "KGSTREAM_HOME": str(settings.home_dir),
         "KGSTREAM_LOG_LEVEL": child_log_level or settings.log_level,
+        **(extra_env or {}),
     }
     stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}")
     try:

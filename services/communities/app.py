@@ -104,7 +104,6 @@ def run(settings: Settings, endpoints: Endpoints) -> None:
 
 
 async def _serve(settings: Settings, endpoints: Endpoints) -> None:
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per tick otherwise
     producer = KafkaProducer(
         bootstrap_servers=endpoints.kafka_bootstrap_servers.split(","),
         acks="all",

@@ -1,6 +1,7 @@
-"""When the communities worker recomputes (DESIGN.md): on first build, on request, past the
-change-ratio threshold, or when a changed graph has waited the maximum staleness; never twice
-within the minimum interval. A pure function of the state, so it is testable without a clock."""
+"""When the communities worker recomputes (docs/architecture.md, "Communities and snapshots"): on
+first build, on request, past the change-ratio threshold, or when a changed graph has waited the
+maximum staleness; never twice within the minimum interval. A pure function of the state, so it is
+testable without a clock."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from services.communities.reports import ReportWriter
 from services.communities.structure import compute_structure
 from services.communities.summaries import Written, load_facts, write_reports
 from services.communities.writer import write_rows
+from services.core import log_context
 from services.core.embedding import Embedder
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,14 @@ async def recompute(deps: RecomputeDeps, reason: str) -> RecomputeResult:
     # The row exists before the data is read, so created_at never postdates what it holds
     # (`kgstream recompute --wait` relies on that).
     snapshot_id = await snapshots.begin(deps.engine, watermark=0, nodes=0, edges=0)
+    with log_context.bound(snapshot_id=snapshot_id):
+        return await _build_and_publish(deps, snapshot_id, reason, clock)
+
+
+async def _build_and_publish(
+    deps: RecomputeDeps, snapshot_id: int, reason: str, clock: _Clock
+) -> RecomputeResult:
+    timings = clock.timings
     try:
         published = await _build(deps, snapshot_id, clock)
     except BaseException:

@@ -1,7 +1,7 @@
-"""How much the graph changed since the published snapshot (DESIGN.md, "Communities and
-snapshots"): distinct (kind, ref_id) in graph_changes past the snapshot's watermark, divided by
-the nodes + edges the snapshot was built from. Before the first snapshot the ratio is 1.0 when
-the graph has anything in it, else 0.0."""
+"""How much the graph changed since the published snapshot (docs/architecture.md, "Communities and
+snapshots"): distinct (kind, ref_id) in graph_changes past the snapshot's watermark, divided by the
+nodes + edges the snapshot was built from. Before the first snapshot the ratio is 1.0 when the graph
+has anything in it, else 0.0."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ indexer after every batch and while it retries) against the topic's end offsets.
 A partition is stalled when a transient failure has been retried for ``stall_after_s`` or
 longer, or when records wait (lag > 0) and its offset has not moved for that long. Idle is not
 stalled: no lag, no retry. End offsets come from the broker; on the embedded tansu they are
-approximate (DESIGN.md: its end_offsets can lag the true end), so lag there is a lower bound."""
+approximate (docs/architecture.md, "The embedded broker (tansu)": its end offsets can lag the
+true end), so lag there is a lower bound."""
 
 from __future__ import annotations
 

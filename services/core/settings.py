@@ -304,6 +304,11 @@ class Settings(BaseSettings):
     )
 
     log_level: str = Field(default="INFO", description="Python log level.")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log lines: text, or json (one object per line with event_id, doc_id, "
+        "snapshot_id while an event or a snapshot is worked on).",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -106,5 +106,8 @@ def _adjudicator(settings: Settings, client: openai.OpenAI | None) -> Adjudicato
 def run(settings: Settings, endpoints: Endpoints) -> None:
     """Run the indexer worker in this process until SIGINT/SIGTERM."""
     app = create_app(settings, endpoints)
-    worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)
+    # Logging is already set up (services/core/logs.py): faust must not replace the root
+    # handlers with its own (colour, plain text), or json mode would not be JSON.
+    worker = faust.Worker(app, quiet=True, override_logging=False)
+    worker.spinner = None  # no terminal spinner; faust then logs "[^Worker]: Ready" instead
     worker.execute_from_commandline()

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from services.core import log_context
 from services.core.contracts import DocumentEvent, parse_document_event
 from services.core.errors import PermanentError
 from services.core.failures import as_permanent, is_transient
@@ -51,10 +52,12 @@ async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[
             await dead_letter(deps, record, exc, event=None)
     plans, computed, failed = await _compute_batch(deps, events)
     for i, event in events:
-        if i in failed:
-            await dead_letter(deps, records[i], failed[i], event=event)
-            continue
-        outcomes[i] = await _settle(deps, records[i], event, plans.get(i), computed.get(i))
+        with log_context.bound(event_id=event.event_id, doc_id=event.doc_id):
+            if i in failed:
+                await dead_letter(deps, records[i], failed[i], event=event)
+                continue
+            outcomes[i] = await _settle(deps, records[i], event, plans.get(i), computed.get(i))
+            log.info("%s %s", event.type, outcomes[i])
     await progress.batch_done(deps, records)
     return outcomes
 

@@ -1,9 +1,10 @@
 """Entity resolution: which stored entity a mention refers to.
 
-Order of evidence (DESIGN.md): the normalised key within compatible types; inside one document,
-short forms of a longer name (surname, acronym); across documents, trigram candidates confirmed
-by name-embedding similarity. The ambiguous band goes to an adjudicator (an LLM) when one is
-configured, and otherwise stays unmerged: a duplicate is cheaper than a false merge."""
+Order of evidence (docs/architecture.md, "Indexing semantics"): the normalised key within compatible
+types; inside one document, short forms of a longer name (surname, acronym); across documents,
+trigram candidates confirmed by name-embedding similarity. The ambiguous band goes to an adjudicator
+(an LLM) when one is configured, and otherwise stays unmerged: a duplicate is cheaper than a false
+merge."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from services.core.infra.ports import free_port
 from services.core.settings import Settings
 from services.query_api.app import create_app
 from tests.conftest import Infra
-from tests.support.cli import env_for
+from tests.support.cli import env_for, user_env
 from tests.support.server import serving
 
 pytestmark = pytest.mark.e2e
@@ -26,9 +25,7 @@ METRICS = {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n"}
 
 
 def test_eval_on_the_sample(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KGSTREAM_")}
-    env["KGSTREAM_HOME"] = str(tmp_path / "home")
-    env["KGSTREAM_LOG_LEVEL"] = "WARNING"
+    env = user_env(tmp_path / "home")
     args = ["eval", "--events", str(SAMPLE / "events.jsonl")]
     args += ["--questions", str(SAMPLE / "questions.jsonl"), "--json"]
     done = subprocess.run(

@@ -51,7 +51,7 @@ def test_killed_worker_is_replaced_without_loss_or_double_apply(
         assert 10 <= at_kill < 48, f"killed after {at_kill} events: kill earlier"
 
         # Same group: it resumes from the committed offsets once the dead member's session
-        # expires (~13 s on tansu, DESIGN.md).
+        # expires (~13 s on tansu: docs/architecture.md, "The embedded broker (tansu)").
         second = start_worker(settings, tmp_path / "indexer-2.log")
         workers.append(second)
         assert wait_processed(url, 48, timeout=180) == 48, second.output()[-3000:]

@@ -5,8 +5,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from services.core.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def user_env(home: Path, **settings: str) -> dict[str, str]:
+    """A user's environment on the embedded default: no KGSTREAM_* but ``home``, log level
+    WARNING and the given settings (``log_format="json"`` is KGSTREAM_LOG_FORMAT=json); this
+    checkout's code first on the path, whatever the virtualenv has installed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KGSTREAM_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["KGSTREAM_HOME"] = str(home)
+    env["KGSTREAM_LOG_LEVEL"] = "WARNING"
+    env.update({f"KGSTREAM_{name.upper()}": value for name, value in settings.items()})
+    return env
 
 
 def env_for(settings: Settings) -> dict[str, str]:

@@ -71,10 +71,16 @@ def start_worker(
     *,
     consumer_group: str | None = None,
     log_level: str = "INFO",
+    log_format: str = "text",
 ) -> Worker:
     """Start an indexer process on ``settings`` (its own consumer group when given)."""
     group = consumer_group or settings.consumer_group
-    env = {**env_for(settings), "KGSTREAM_CONSUMER_GROUP": group, "KGSTREAM_LOG_LEVEL": log_level}
+    env = {
+        **env_for(settings),
+        "KGSTREAM_CONSUMER_GROUP": group,
+        "KGSTREAM_LOG_LEVEL": log_level,
+        "KGSTREAM_LOG_FORMAT": log_format,
+    }
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli.main", "worker", "indexer"],
@@ -133,7 +139,8 @@ def publish_lines(bootstrap: str, topic: str, lines: Sequence[str]) -> list[Publ
 
 def end_offsets(published: Iterable[Published]) -> dict[int, int]:
     """partition -> offset after the last published record (computed from the acks, since
-    tansu's own end offsets are approximate: DESIGN.md)."""
+    tansu's own end offsets are approximate: docs/architecture.md, "The embedded broker
+    (tansu)")."""
     ends: dict[int, int] = {}
     for p in published:
         ends[p.partition] = max(ends.get(p.partition, 0), p.offset + 1)

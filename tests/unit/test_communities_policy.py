@@ -1,4 +1,5 @@
-"""Change-ratio arithmetic (DESIGN.md) and when the worker recomputes."""
+"""Change-ratio arithmetic and when the worker recomputes (docs/architecture.md, "Communities and
+snapshots")."""
 
 from __future__ import annotations
 
