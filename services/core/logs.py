@@ -94,6 +94,10 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """Ours: a second setup replaces it instead of adding another."""
 
 
+# Loggers of libraries that may configure themselves; they must reach the root handler.
+_LIBRARY_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "faust", "mode", "alembic")
+
+
 def setup_logging(level: str, fmt: LogFormat, process: str) -> None:
     """Route every logger through one stderr handler in ``fmt``; idempotent."""
     root = logging.getLogger()
@@ -104,6 +108,13 @@ def setup_logging(level: str, fmt: LogFormat, process: str) -> None:
     handler.addFilter(ContextFilter(process))
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in _LIBRARY_LOGGERS:
+        # A library that configured logging before us (uvicorn's default dictConfig, say)
+        # leaves its own handlers, levels, propagate=False or disabled loggers: undo that.
+        lib = logging.getLogger(name)
+        lib.handlers.clear()
+        lib.propagate, lib.disabled = True, False
+        lib.setLevel(logging.NOTSET)  # QUIETER below sets the few that log too much
     for name, quieter in QUIETER.items():
         logging.getLogger(name).setLevel(quieter)
     logging.captureWarnings(True)  # warnings.warn output is a log record too
