@@ -344,8 +344,14 @@ def status(json_out: JsonFlag = False) -> None:
         typer.echo(json.dumps(data, indent=2))
         return
     indexer = data.pop("indexer")
+    running = data.pop("processes")
     for key, value in data.items():
         typer.echo(f"{key:>18}: {value}")
+    for proc in running:
+        typer.echo(
+            f"{'process':>18}: {proc['name']} pid {proc['pid']} on {proc['host']}, "
+            f"metrics {proc['metrics_url']}"
+        )
     for p in indexer["partitions"]:
         state = "STALLED" if p["stalled"] else "ok"
         retry = (
@@ -369,6 +375,8 @@ def up() -> None:
         signal.signal(sig, lambda *_: stop.set())
     with running_stack(settings, settings.api_port) as stack:
         typer.echo(f"kgstream is up: query API on {stack.api_url} (docs at {stack.api_url}/docs)")
+        for name, url in stack.metrics_urls().items():
+            typer.echo(f"{name} metrics: {url}")
         typer.echo("Ctrl-C to stop")
         while not stop.wait(1.0):
             stack.check_alive()

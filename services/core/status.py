@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.change_state import read_change_state
 from services.core.indexer_health import end_offsets, health, read_progress
+from services.core.processes import live_processes
 
 _COUNTS = {
     "documents": "SELECT count(*) FROM documents WHERE NOT deleted",
@@ -28,8 +29,9 @@ _COUNTS = {
 async def database_status(
     engine: AsyncEngine, *, bootstrap: str | None = None, stall_after_s: float = 120.0
 ) -> dict[str, Any]:
-    """Row counts (integers) read in one snapshot, the published community snapshot, and the
-    indexer's progress per partition (with lag when the broker at ``bootstrap`` answers)."""
+    """Row counts (integers) read in one snapshot, the published community snapshot, the
+    indexer's progress per partition (with lag when the broker at ``bootstrap`` answers), and
+    the running processes with their metrics addresses."""
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
@@ -38,6 +40,7 @@ async def database_status(
             }
             out["change_ratio"] = (await read_change_state(conn)).ratio
             progress = await read_progress(conn)
+            processes = await live_processes(conn)
             snap = (
                 await conn.execute(
                     text(
@@ -64,4 +67,5 @@ async def database_status(
             end_offsets, bootstrap, [(p.topic, p.partition) for p in progress]
         )
     out["indexer"] = health(progress, ends, stall_after_s)
+    out["processes"] = processes  # running kgstream processes and their metrics addresses
     return out
