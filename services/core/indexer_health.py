@@ -77,7 +77,6 @@ def end_offsets(
         consumer = KafkaConsumer(
             bootstrap_servers=bootstrap.split(","),
             request_timeout_ms=3000,
-            api_version_auto_timeout_ms=3000,
         )
     except Exception as exc:  # noqa: BLE001 - status reports what it can
         log.info("no end offsets from %s: %s", bootstrap, exc)
