@@ -28,10 +28,16 @@ def render(data: dict[str, Any]) -> str:
         "change",
         "snapshots",
         "tokens",
+        "processes",
     }
     for key, value in data.items():
         if key not in sections:
             lines.append(f"{key:>18}: {value}")
+    for proc in data.get("processes", []):
+        lines.append(
+            f"{'process':>18}: {proc['name']} pid {proc['pid']} on {proc['host']}, "
+            f"metrics {proc['metrics_url']}"
+        )
     tp = data["throughput"]
     lines.append(
         f"{'throughput':>18}: applied {tp['1m']['applied_per_s']}/s over 1 min "

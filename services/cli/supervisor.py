@@ -3,6 +3,7 @@ up in the foreground, and take all of it down again on Ctrl-C or when the demo e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -11,10 +12,12 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from services.core.db import migrations
+from services.core.db.engine import make_engine
 from services.core.infra.manager import (
     Endpoints,
     infra_down,
@@ -22,6 +25,7 @@ from services.core.infra.manager import (
     infra_up,
     resolve_endpoints,
 )
+from services.core.processes import host_name, live_processes
 from services.core.settings import Settings
 
 
@@ -38,6 +42,25 @@ class Stack:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
                 raise RuntimeError(f"the {name} process exited with code {proc.returncode}")
+
+    def metrics_urls(self, timeout: float = 60) -> dict[str, str | None]:
+        """Each process's metrics address from the processes table, once all registered
+        (those still missing after ``timeout`` seconds are left out)."""
+        pids = {proc.pid: name for name, proc in self.processes.items()}
+        found: dict[str, str | None] = {}
+        deadline = time.monotonic() + timeout
+        while len(found) < len(pids) and time.monotonic() < deadline:
+            self.check_alive()
+            rows = asyncio.run(_live(self.endpoints.database_url))
+            here = host_name()
+            found = {
+                pids[r["pid"]]: r["metrics_url"]
+                for r in rows
+                if r["pid"] in pids and r["host"] == here
+            }
+            if len(found) < len(pids):
+                time.sleep(0.5)
+        return {name: found[name] for name in self.processes if name in found}
 
 
 def prepare(settings: Settings, say: bool = True) -> Endpoints:
@@ -108,3 +131,12 @@ def wait_http(stack: Stack, url: str, timeout: float) -> None:
 def _infra_alive(settings: Settings) -> bool:
     state = infra_status(settings)
     return state.postgres.alive and state.broker.alive
+
+
+async def _live(database_url: str) -> list[dict[str, Any]]:
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return await live_processes(conn)
+    finally:
+        await engine.dispose()

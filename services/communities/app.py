@@ -13,14 +13,17 @@ from datetime import UTC, datetime
 import openai
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from kafka import KafkaProducer
+from sqlalchemy import text
 
 from services.communities.leiden import LeidenConfig
 from services.communities.llm_reports import LLMReportWriter
+from services.communities.metrics import PrometheusCommunitiesObserver, show_snapshot
+from services.communities.observer import NO_OBSERVER, CommunitiesObserver
 from services.communities.policy import Policy
 from services.communities.pool import make_pool
 from services.communities.recompute import RecomputeDeps
 from services.communities.reports import ExtractiveWriter, ReportWriter
-from services.communities.snapshots import Announcer, kafka_announcer
+from services.communities.snapshots import Announcer, kafka_announcer, published_state
 from services.communities.worker import tick
 from services.core.db.engine import check_schema, make_engine
 from services.core.errors import ConfigurationError
@@ -28,6 +31,8 @@ from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.models import build_embedder
 from services.core.settings import Settings
+from services.core.telemetry.process import ProcessOps
+from services.core.telemetry.server import OpsServer
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,7 @@ def build_deps(
     *,
     executor: Executor | None = None,
     announce: Announcer | None = None,
+    observer: CommunitiesObserver = NO_OBSERVER,
 ) -> RecomputeDeps:
     """Everything a recompute needs, from the settings."""
     client = process_client(settings)  # the process's one OpenAI client (None offline)
@@ -53,6 +59,7 @@ def build_deps(
         executor=executor,
         announce=announce,
         llm_model=settings.llm_model,
+        observer=observer,
     )
 
 
@@ -117,8 +124,26 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
         endpoints.database_url,
         executor=pool,
         announce=kafka_announcer(producer, settings.snapshots_topic),
+        observer=PrometheusCommunitiesObserver(),
     )
     rules = policy(settings)
+
+    async def ready() -> str | None:
+        async with deps.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        return None
+
+    async def refresh_snapshot() -> None:
+        show_snapshot(await published_state(deps.engine))
+
+    ops = ProcessOps(
+        deps.engine,
+        "communities",
+        server=OpsServer(
+            settings.communities_metrics_host, settings.communities_metrics_port, ready
+        ),
+        refresh=[refresh_snapshot],
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -127,7 +152,9 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
 
     async def job() -> None:
         try:
-            await tick(deps, rules)
+            result = await tick(deps, rules)
+            if result.outcome == "published":
+                await refresh_snapshot()
         except asyncio.CancelledError:
             if not stop.is_set():
                 raise
@@ -140,6 +167,7 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
 
     try:
         await check_schema(deps.engine, settings.embedding_dim)
+        await ops.start()
         scheduler.add_job(
             job,
             "interval",
@@ -159,6 +187,7 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
     finally:
         if scheduler.running:
             scheduler.shutdown(wait=False)
+        await ops.stop()
         pool.shutdown(wait=False, cancel_futures=True)
         producer.close(timeout=5)
         await deps.engine.dispose()

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.communities import loader, snapshots
 from services.communities.leiden import LeidenConfig
+from services.communities.observer import NO_OBSERVER, PHASE_TIMINGS, CommunitiesObserver
 from services.communities.report_plan import plan_reports
 from services.communities.reports import ReportWriter
 from services.communities.structure import compute_structure
@@ -40,6 +41,7 @@ class RecomputeDeps:
     executor: Executor | None = None  # for the CPU-heavy part; None: a thread
     announce: snapshots.Announcer | None = None
     llm_model: str = ""
+    observer: CommunitiesObserver = NO_OBSERVER  # metrics (services/communities/observer.py)
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,12 @@ async def _build_and_publish(
     timings = clock.timings
     try:
         published = await _build(deps, snapshot_id, clock)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, Exception):  # not a shutdown's cancellation
+            deps.observer.recompute("failed")
         await asyncio.shield(snapshots.fail(deps.engine, snapshot_id))
         raise
+    _observe(deps.observer, published, timings)
     clock.lap("publish_s")
     await snapshots.prune(deps.engine, deps.keep)
     clock.lap("prune_s")
@@ -93,6 +98,16 @@ async def _build_and_publish(
         ", ".join(f"{k}={v:.2f}" for k, v in timings.items()),
     )
     return RecomputeResult(published, reason, timings)
+
+
+def _observe(
+    observer: CommunitiesObserver, published: snapshots.Published, timings: dict[str, float]
+) -> None:
+    observer.recompute("published")
+    observer.reports(published.reports_reused, published.reports_generated)
+    for key, phase in PHASE_TIMINGS.items():
+        if key in timings:
+            observer.phase(phase, timings[key])
 
 
 async def _build(deps: RecomputeDeps, snapshot_id: int, clock: _Clock) -> snapshots.Published:
@@ -130,7 +145,13 @@ async def _build(deps: RecomputeDeps, snapshot_id: int, clock: _Clock) -> snapsh
             if w == deps.writer.name
         }
         written = await write_reports(
-            deps.writer, deps.embedder, structure=structure, plan=plan, facts=facts, reused=kept
+            deps.writer,
+            deps.embedder,
+            structure=structure,
+            plan=plan,
+            facts=facts,
+            reused=kept,
+            meter=deps.observer,
         )
         clock.lap("reports_s")
     reuse_from = (previous.snapshot_id, deps.writer.name) if previous and deps.writer else None

@@ -54,6 +54,34 @@ class Published:
         return event
 
 
+@dataclass(frozen=True)
+class PublishedState:
+    """The published snapshot as the metrics show it: id, when, communities per level."""
+
+    id: int
+    published_at: datetime
+    by_level: dict[int, int]
+
+
+async def published_state(engine: AsyncEngine) -> PublishedState | None:
+    """The published snapshot, or None before the first one."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text("SELECT id, published_at FROM snapshots WHERE status = 'published'")
+            )
+        ).first()
+        if row is None:
+            return None
+        levels = await conn.execute(
+            text("SELECT level, count(*) AS n FROM communities WHERE snapshot_id = :s GROUP BY 1"),
+            {"s": row.id},
+        )
+        return PublishedState(
+            int(row.id), row.published_at, {int(r.level): int(r.n) for r in levels}
+        )
+
+
 async def begin(engine: AsyncEngine, watermark: int, nodes: int, edges: int) -> int:
     """A new 'building' snapshot. Called under the recompute lock, so any other 'building'
     row was left by a worker that died: it is marked failed."""

@@ -5,7 +5,7 @@ levels are written deepest first so a parent can be written from its children's 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +23,7 @@ from services.communities.reports import (
 )
 from services.communities.structure import Structure
 from services.core.embedding import Embedder
+from services.core.model_meter import NO_METER, ModelMeter, embed_metered
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ async def write_reports(
     plan: ReportPlan,
     facts: Facts,
     reused: Mapping[str, tuple[str, str]],
+    meter: ModelMeter = NO_METER,
 ) -> dict[tuple[int, int], Written]:
     """New reports by (level, label). ``reused`` maps fingerprints of reports kept from the
     published snapshot to their (title, summary), for parents written from children."""
@@ -93,13 +95,29 @@ async def write_reports(
             for label in labels
         ]
         reports = await asyncio.to_thread(writer.write, inputs)
+        _meter_reports(writer, meter, reports)
         vectors: list[list[float] | None] = [None] * len(reports)
         if embedder is not None:
             texts = [f"{r.title}\n{r.summary}" for r in reports]
-            vectors = list(await asyncio.to_thread(embedder.embed, texts))
+            found = await asyncio.to_thread(embed_metered, embedder, meter, "embed_reports", texts)
+            vectors = list(found)
         for label, report, vector in zip(labels, reports, vectors, strict=True):
             written[(number, label)] = Written(report, vector)
     return written
+
+
+def _meter_reports(writer: ReportWriter, meter: ModelMeter, reports: Sequence[Report]) -> None:
+    """A writer with a model (the LLM one) made one call per report; extractive ones none."""
+    model = getattr(writer, "model", None)
+    if isinstance(model, str) and reports:
+        meter.model_call(
+            "report",
+            model,
+            inputs=len(reports),
+            calls=len(reports),
+            prompt_tokens=sum(r.usage[0] for r in reports),
+            completion_tokens=sum(r.usage[1] for r in reports),
+        )
 
 
 def _input(

@@ -195,10 +195,18 @@ class OpenAIEmbedder(Embedder):
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embeddings in input order; raises EmbeddingDimensionError on a width mismatch."""
+        return self.embed_with_usage(texts)[0]
+
+    def embed_with_usage(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """``embed``, and the prompt tokens the endpoint reported (0 where it reports none)."""
         result: list[list[float]] = []
+        tokens = 0
         for b in range(0, len(texts), self.batch_size):
             batch = list(texts[b : b + self.batch_size])
             response = call_with_retries(partial(self._create, batch), self._attempts)
+            usage = getattr(response, "usage", None)  # some compatible servers send none
+            if usage is not None:
+                tokens += int(usage.prompt_tokens)
             data = sorted(response.data, key=lambda d: d.index)
             if len(data) != len(batch):
                 raise ValueError(
@@ -213,7 +221,7 @@ class OpenAIEmbedder(Embedder):
                         f"{len(vector)} for a new database or use a {self.dim}-d model"
                     )
                 result.append(_normalise_list(vector))
-        return result
+        return result, tokens
 
 
 def _normalise_list(vector: list[float]) -> list[float]:

@@ -192,6 +192,21 @@ class Settings(BaseSettings):
     # --- query API ------------------------------------------------------
     api_host: str = Field(default="127.0.0.1", description="Query API bind address.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Query API port.")
+    # --- worker metrics and health (issue 9; docs/metrics.md) ---------------------------
+    indexer_metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Bind address of the indexer's /metrics, /healthz, /readyz.",
+    )
+    indexer_metrics_port: int = Field(
+        default=9101, ge=0, le=65535, description="Indexer metrics port (0 = any free port)."
+    )
+    communities_metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Bind address of the communities worker's /metrics, /healthz, /readyz.",
+    )
+    communities_metrics_port: int = Field(
+        default=9102, ge=0, le=65535, description="Communities metrics port (0 = any free port)."
+    )
     # --- authentication (issue 8) -------------------------------------------------------
     auth: Literal["auto", "required", "off"] = Field(
         default="auto",

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.core.activity import activity
 from services.core.change_state import read_change_state
 from services.core.indexer_health import end_offsets, health, read_progress
+from services.core.processes import live_processes
 
 _COUNTS = {
     "documents": "SELECT count(*) FROM documents WHERE NOT deleted",
@@ -37,7 +38,8 @@ async def database_status(
     """Row counts (integers) read in one snapshot, the published community snapshot, the
     indexer's progress per partition (with lag when the broker at ``bootstrap`` answers), and
     recent activity (services/core/activity.py: throughput, freshness, dead letters by reason,
-    change ratio against ``recompute_threshold``, snapshot history, token use)."""
+    change ratio against ``recompute_threshold``, snapshot history, token use), and the
+    running processes with their metrics addresses."""
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
@@ -54,6 +56,7 @@ async def database_status(
                 )
             )
             progress = await read_progress(conn)
+            processes = await live_processes(conn)
             snap = (
                 await conn.execute(
                     text(
@@ -80,4 +83,5 @@ async def database_status(
             end_offsets, bootstrap, [(p.topic, p.partition) for p in progress]
         )
     out["indexer"] = health(progress, ends, stall_after_s)
+    out["processes"] = processes  # running kgstream processes and their metrics addresses
     return out

@@ -1,24 +1,31 @@
 """Indexer process: the composition root. Builds the engine, models and faust app once; the
-agent only turns a Kafka record into a RawRecord and hands it to the handler."""
+agent only turns a Kafka record into a RawRecord and hands it to the handler. Metrics, health
+and the process's registration run beside it (services/core/telemetry/)."""
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import cast
+from typing import Any, cast
 
 import faust
+import mode
 import openai
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.db.engine import make_engine
 from services.core.infra.manager import Endpoints
 from services.core.llm.adjudicator import make_adjudicator
 from services.core.llm.client import process_client
+from services.core.model_meter import ModelMeter
 from services.core.models import build_embedder, build_extractor
 from services.core.producer import max_request_size
 from services.core.settings import Settings
+from services.core.telemetry.process import ProcessOps
+from services.core.telemetry.server import OpsServer
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch
-from services.indexer.metrics import OUTCOMES
+from services.indexer.metrics import LagGauge, PrometheusIndexerObserver
 from services.indexer.resolution import Adjudicator
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         value_serializer="raw",
     )
     client = process_client(settings)  # the process's one OpenAI client (None offline)
+    observer = PrometheusIndexerObserver()
     deps = IndexerDeps.from_settings(
         settings,
         engine=make_engine(endpoints.database_url),
@@ -54,9 +62,11 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         extractor=build_extractor(settings, client),
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
         publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
-        adjudicate=_adjudicator(settings, client),
+        adjudicate=_adjudicator(settings, client, observer),
+        observer=observer,
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
+    _operations(app, settings, endpoints, deps.engine)
 
     @app.agent(documents, name="index-documents")
     async def index(stream: faust.StreamT[bytes]) -> None:
@@ -78,12 +88,73 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
                 )
                 for e in events
             ]
-            for outcome in await handle_batch(deps, records):
-                OUTCOMES.labels(outcome=outcome).inc()
+            await handle_batch(deps, records)  # outcomes are counted by the observer
             for event in events:
                 await concrete.ack(event)
 
     return app
+
+
+class Membership:
+    """Whether the consumer has joined its group, and the documents partitions it owns."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.joined = False
+        self.assigned: set[tuple[str, int]] = set()
+
+    def on_assigned(self, assigned: set[faust.types.TP]) -> None:
+        """A rebalance ended: joined, with these partitions (possibly none)."""
+        self.joined = True
+        self.assigned = {(tp.topic, tp.partition) for tp in assigned if tp.topic == self.topic}
+
+    def on_revoked(self) -> None:
+        """A rebalance began: not a member until it ends."""
+        self.joined = False
+
+
+def _operations(
+    app: faust.App, settings: Settings, endpoints: Endpoints, engine: AsyncEngine
+) -> None:
+    """/metrics, /healthz, /readyz; registration and heartbeat; consumer lag, refreshed."""
+    membership = Membership(settings.documents_topic)
+    lag = LagGauge(engine, endpoints.kafka_bootstrap_servers, settings.consumer_group)
+
+    async def assigned(_: Any, /, *args: Any, signal: Any, **__: Any) -> None:  # noqa: ARG001 - faust sends it
+        membership.on_assigned(args[0])  # the signal sends the new assignment
+
+    async def revoked(_: Any, /, *__: Any, signal: Any, **___: Any) -> None:  # noqa: ARG001 - faust sends it
+        membership.on_revoked()
+
+    app.on_partitions_assigned.connect(assigned)
+    app.on_partitions_revoked.connect(revoked)
+
+    async def ready() -> str | None:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        return None if membership.joined else "the consumer has not joined its group yet"
+
+    async def refresh_lag() -> None:
+        if membership.joined:
+            await lag.refresh(membership.assigned)
+
+    ops = ProcessOps(
+        engine,
+        "indexer",
+        server=OpsServer(settings.indexer_metrics_host, settings.indexer_metrics_port, ready),
+        refresh=[refresh_lag],
+    )
+
+    class Operations(mode.Service):
+        """Started and stopped with the faust app."""
+
+        async def on_start(self) -> None:
+            await ops.start()
+
+        async def on_stop(self) -> None:
+            await ops.stop()
+
+    app.service(Operations)
 
 
 def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-def]
@@ -97,10 +168,12 @@ def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-
     return publish
 
 
-def _adjudicator(settings: Settings, client: openai.OpenAI | None) -> Adjudicator | None:
+def _adjudicator(
+    settings: Settings, client: openai.OpenAI | None, meter: ModelMeter
+) -> Adjudicator | None:
     if client is None or not settings.resolution_llm_adjudication:
         return None
-    return make_adjudicator(client, settings.llm_model, settings.llm_max_attempts)
+    return make_adjudicator(client, settings.llm_model, settings.llm_max_attempts, meter)
 
 
 def run(settings: Settings, endpoints: Endpoints) -> None:

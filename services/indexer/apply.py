@@ -85,6 +85,7 @@ async def commit_upsert(
         await record_token_usage(conn, event.doc_id, [c.extraction for c in new_chunks])
         await gw.log_changes(conn, changes, event.doc_id, event.event_id)
         await set_outcome(conn, event.event_id, "applied")
+    deps.observer.chunks(reused=len(plan.planned) - len(new_chunks), embedded=len(new_chunks))
     return "applied"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -14,8 +15,10 @@ from services.core.chunking import Chunk
 from services.core.contracts import DocumentEvent
 from services.core.errors import PermanentError, TransientError
 from services.core.extraction import ExtractedEntity, Extraction
+from services.core.model_meter import embed_metered, extract_metered
 from services.indexer.deps import IndexerDeps
 from services.indexer.documents import already_processed, existing_chunk_hashes, stored_doc
+from services.indexer.observer import timed
 from services.indexer.ordering import content_hash, decide_upsert
 from services.indexer.resolution import (
     Resolution,
@@ -85,10 +88,15 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Comput
     loop = asyncio.get_running_loop()
     embeddings: list[list[float]] = []
     extractions: list[Extraction] = []
+    meter = deps.observer
     if texts:
-        embeddings = await loop.run_in_executor(deps.executor, deps.embedder.embed, embed_inputs)
+        with timed(meter, "embed"):
+            embed = partial(embed_metered, deps.embedder, meter, "embed_chunks")
+            embeddings = await loop.run_in_executor(deps.executor, embed, embed_inputs)
         try:
-            extractions = await loop.run_in_executor(deps.executor, deps.extractor.extract, texts)
+            with timed(meter, "extract"):
+                extract = partial(extract_metered, deps.extractor, meter)
+                extractions = await loop.run_in_executor(deps.executor, extract, texts)
         except (TransientError, PermanentError):
             # Transient: the LLM client already retried; the caller keeps retrying with backoff
             # and the offset stays uncommitted, so an outage delays events but loses none.
@@ -103,7 +111,8 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Comput
             {h: (embeddings[at + i], extractions[at + i]) for i, (h, _) in enumerate(plan.fresh)}
         )
         at += n
-    resolutions = await _prepare_resolutions(deps, plans, per_plan)
+    with timed(meter, "resolve"):
+        resolutions = await _prepare_resolutions(deps, plans, per_plan)
     return [Computed(c, r) for c, r in zip(per_plan, resolutions, strict=True)]
 
 
@@ -136,7 +145,8 @@ async def _prepare_resolutions(
         if missing:
             loop = asyncio.get_running_loop()
             names = [wanted[k].name for k in missing]
-            found = await loop.run_in_executor(deps.executor, deps.embedder.embed, names)
+            embed = partial(embed_metered, deps.embedder, deps.observer, "embed_names")
+            found = await loop.run_in_executor(deps.executor, embed, names)
             vectors = dict(zip(missing, found, strict=True))
     out = []
     for canonical, doc_surfaces in zip(canonicals, surfaces, strict=True):

@@ -64,6 +64,7 @@ async def dead_letter(
     row_id, published = await _retrying(
         "store the dead letter", _store, deps, record, exc, event, persist=True
     )
+    deps.observer.dead_letter(exc.reason)
     log.warning(
         "dead-lettered %s/%s@%s: %s", record.topic, record.partition, record.offset, exc.reason
     )

@@ -13,6 +13,7 @@ from services.core.chunking import Chunker
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
 from services.core.settings import Settings
+from services.indexer.observer import NO_OBSERVER, IndexerObserver
 from services.indexer.resolution import Adjudicator, ResolverConfig
 
 Outcome = Literal["applied", "deleted", "duplicate", "stale", "unchanged", "dead_lettered"]
@@ -45,6 +46,7 @@ class IndexerDeps:
     resolver: ResolverConfig
     max_document_chunks: int = 1000
     consumer_group: str | None = None  # set: progress is recorded in indexer_progress
+    observer: IndexerObserver = NO_OBSERVER  # metrics (services/indexer/observer.py)
 
     @classmethod
     def from_settings(
@@ -58,6 +60,7 @@ class IndexerDeps:
         publish_dead_letter: DeadLetterPublisher,
         adjudicate: Adjudicator | None = None,
         chunker: Chunker | None = None,
+        observer: IndexerObserver = NO_OBSERVER,
     ) -> Self:
         """The bundle with chunking, limits and resolution thresholds as configured."""
         return cls(
@@ -71,4 +74,5 @@ class IndexerDeps:
             max_document_chunks=settings.max_document_chunks,
             consumer_group=settings.consumer_group,
             resolver=ResolverConfig.from_settings(settings, adjudicate),
+            observer=observer,
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 from services.core import log_context
@@ -27,6 +28,7 @@ from services.indexer.apply import apply_delete, commit_upsert
 from services.indexer.compute import Computed, UpsertPlan, compute, plan_upsert
 from services.indexer.dead_letters import dead_letter
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
+from services.indexer.observer import timed
 
 __all__ = ["IndexerDeps", "Outcome", "RawRecord", "apply_event", "handle_batch", "handle_record"]
 
@@ -43,23 +45,42 @@ async def handle_record(deps: IndexerDeps, record: RawRecord) -> Outcome:
 async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[Outcome]:
     """Apply records in order; returns one outcome per record. Never raises (but for
     cancellation): see the module docstring."""
+    observer = deps.observer
+    observer.batch(len(records))
     outcomes: list[Outcome] = ["dead_lettered"] * len(records)
     events: list[tuple[int, DocumentEvent]] = []
-    for i, record in enumerate(records):
-        try:
-            events.append((i, decode(deps, record)))
-        except PermanentError as exc:
-            await dead_letter(deps, record, exc, event=None)
+    rejected: list[tuple[RawRecord, PermanentError]] = []
+    with timed(observer, "decode"):
+        for i, record in enumerate(records):
+            try:
+                events.append((i, decode(deps, record)))
+            except PermanentError as exc:
+                rejected.append((record, exc))
+    for record, reason in rejected:
+        await dead_letter(deps, record, reason, event=None)
     plans, computed, failed = await _compute_batch(deps, events)
-    for i, event in events:
-        with log_context.bound(event_id=event.event_id, doc_id=event.doc_id):
-            if i in failed:
-                await dead_letter(deps, records[i], failed[i], event=event)
-                continue
-            outcomes[i] = await _settle(deps, records[i], event, plans.get(i), computed.get(i))
-            log.info("%s %s", event.type, outcomes[i])
+    with timed(observer, "write"):
+        for i, event in events:
+            with log_context.bound(event_id=event.event_id, doc_id=event.doc_id):
+                if i in failed:
+                    await dead_letter(deps, records[i], failed[i], event=event)
+                    continue
+                outcomes[i] = await _settle(deps, records[i], event, plans.get(i), computed.get(i))
+                log.info("%s %s", event.type, outcomes[i])
+                if outcomes[i] in ("applied", "deleted"):
+                    _observe_freshness(deps, records[i], event)
     await progress.batch_done(deps, records)
+    for outcome in outcomes:
+        observer.outcome(outcome)
     return outcomes
+
+
+def _observe_freshness(deps: IndexerDeps, record: RawRecord, event: DocumentEvent) -> None:
+    """Commit time minus the event's occurred_at, and minus the Kafka record's timestamp."""
+    now = time.time()
+    deps.observer.freshness("occurred", max(0.0, now - event.occurred_at.timestamp()))
+    if record.timestamp is not None:
+        deps.observer.freshness("published", max(0.0, now - record.timestamp))
 
 
 def decode(deps: IndexerDeps, record: RawRecord) -> DocumentEvent:
@@ -98,14 +119,15 @@ async def _compute_batch(
     plans: dict[int, UpsertPlan] = {}
     failed: dict[int, PermanentError] = {}
     try:
-        async with deps.engine.connect() as conn:
-            for i, event in events:
-                if event.type != "upsert":
-                    continue
-                try:
-                    plans[i] = await plan_upsert(deps, conn, event)
-                except PermanentError as exc:  # e.g. too many chunks: this event alone
-                    failed[i] = exc
+        with timed(deps.observer, "chunk"):
+            async with deps.engine.connect() as conn:
+                for i, event in events:
+                    if event.type != "upsert":
+                        continue
+                    try:
+                        plans[i] = await plan_upsert(deps, conn, event)
+                    except PermanentError as exc:  # e.g. too many chunks: this event alone
+                        failed[i] = exc
     except Exception as exc:  # noqa: BLE001 - each event plans again on its own in _settle
         log.info("planning a batch of %d failed, events go one by one: %s", len(events), exc)
         return {}, {}, {}
@@ -142,6 +164,7 @@ async def _settle(
                 type(exc).__name__,
                 exc,
             )
+            deps.observer.transient_retry()
             await progress.retrying(deps, record, exc)
             plan = computed = None  # recompute against the current state
             await asyncio.sleep(delay)

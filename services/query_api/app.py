@@ -4,6 +4,7 @@ QueryService and the document publisher once; routes.py translates HTTP to calls
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -17,13 +18,18 @@ from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
+from services.core.telemetry.models import PrometheusModelMeter
+from services.core.telemetry.process import ProcessOps
+from services.core.telemetry.server import url_host
 from services.query_api import auth, dashboard, problems
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import BodyLimits, QueryGate
+from services.query_api.metrics import HttpMetrics, refresh_snapshot
 from services.query_api.routes import router
 from services.query_api.service import QueryService, build_query_service
 
 QUERY_PATHS = ("/v1/query", "/v1/paths")  # the routes whose work grows with the request
+log = logging.getLogger(__name__)
 
 
 def build_service(settings: Settings, database_url: str) -> QueryService:
@@ -36,6 +42,7 @@ def build_service(settings: Settings, database_url: str) -> QueryService:
         build_extractor(settings, client),
         ThreadPoolExecutor(max_workers=2, thread_name_prefix="kgstream-query"),
         client=client,
+        meter=PrometheusModelMeter(),
     )
 
 
@@ -50,13 +57,22 @@ def create_app(
         endpoints.kafka_bootstrap_servers, settings.documents_topic, settings
     )
 
+    # Registered in the processes table with the address of its own /metrics.
+    ops = ProcessOps(
+        svc.engine,
+        "query-api",
+        metrics_url=f"http://{url_host(settings.api_host)}:{settings.api_port}/metrics",
+    )
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await check_schema(svc.engine, settings.embedding_dim)
+        await ops.start()
         try:
             async with dashboard.sampling(app):
                 yield
         finally:
+            await ops.stop()
             await asyncio.to_thread(publisher.close)
             if service is None:  # ours to close
                 await svc.engine.dispose()
@@ -87,9 +103,14 @@ def create_app(
         timeout_s=settings.query_timeout_s,
     )
     app.add_middleware(BodyLimits, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(HttpMetrics, router=app.router)  # outermost: counts refusals too
 
     @app.get("/metrics", tags=["operations"])
     async def metrics() -> PlainTextResponse:
+        try:
+            await refresh_snapshot(svc.engine)
+        except Exception as exc:  # noqa: BLE001 - the other figures are still worth serving
+            log.info("could not read the published snapshot: %s: %s", type(exc).__name__, exc)
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
     return app

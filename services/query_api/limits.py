@@ -10,17 +10,16 @@ from email.message import Message
 from typing import Annotated
 
 from fastapi import Depends, Request
-from prometheus_client import Counter
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as AsgiMessage
 
 from services.core.settings import Settings
+from services.query_api.metrics import REJECTED
 from services.query_api.problems import RETRY_AFTER_S, Problem, problem
 from services.query_api.schemas import QueryRequest
 
-REJECTED = Counter("kgstream_api_rejected_total", "Requests refused by a limit", ["limit"])
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 

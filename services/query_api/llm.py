@@ -31,6 +31,7 @@ class ChatReply:
     content: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    model: str = ""  # the model that answered (for the model metrics)
 
 
 class ChatModel(Protocol):
@@ -73,6 +74,7 @@ class OpenAIChat:
                 content=resp.choices[0].message.content or "",
                 prompt_tokens=usage.prompt_tokens if usage else 0,
                 completion_tokens=usage.completion_tokens if usage else 0,
+                model=self.model,
             )
 
         return call_with_retries(call, self.max_attempts)

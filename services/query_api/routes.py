@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
-from prometheus_client import Histogram
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -27,6 +26,7 @@ from services.query_api.ingest import (
     validate_batch,
 )
 from services.query_api.limits import LimitedQuery
+from services.query_api.metrics import observe_failed_query, observe_query
 from services.query_api.paths import find_routes
 from services.query_api.problems import Problem
 from services.query_api.schemas import (
@@ -42,13 +42,6 @@ from services.query_api.schemas import (
 )
 from services.query_api.service import QueryService
 from services.query_api.snapshot import read_snapshot
-
-LATENCY = Histogram(
-    "kgstream_query_seconds",
-    "Query latency by mode used",
-    ["mode"],
-    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
-)
 
 router = APIRouter()
 
@@ -72,8 +65,15 @@ PublisherDep = Annotated[DocumentPublisher, Depends(get_publisher)]
 @router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
 async def query(req: LimitedQuery, svc: ServiceDep, caller: CallerDep) -> QueryResponse:
     """Answer a question: auto | vector | local | global | path."""
-    resp = await svc.query(req, caller)
-    LATENCY.labels(mode=resp.mode_used).observe(resp.timings.get("total_ms", 0.0) / 1000)
+    try:
+        resp = await svc.query(req, caller)
+    except Problem as exc:
+        observe_failed_query(req.mode, exc.status)
+        raise
+    except Exception:
+        observe_failed_query(req.mode, 500)
+        raise
+    observe_query(resp)
     return resp
 
 

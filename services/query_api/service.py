@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.core.access import Caller
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
+from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
 from services.query_api import answer as answers
 from services.query_api import router
@@ -73,6 +74,7 @@ class QueryService:
     config: QueryConfig = field(default_factory=QueryConfig)
     llm: ChatModel | None = None
     stats: StatsCache = field(default_factory=StatsCache)
+    meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run model code in the executor, off the event loop."""
@@ -87,7 +89,9 @@ class QueryService:
         t_route = time.perf_counter()
         # The question's embedding and its entity spans are independent: compute both at once.
         embedded, spans = await asyncio.gather(
-            self.run_blocking(self.embedder.embed, [req.question]),
+            self.run_blocking(
+                embed_metered, self.embedder, self.meter, "embed_query", [req.question]
+            ),
             self._spans(req.question) if mode in ("local", "path") else _no_spans(),
         )
         embedding = embedded[0]
@@ -133,6 +137,21 @@ class QueryService:
             notes=result.notes,
         )
 
+    def _count(self, usage: Usage, reply: ChatReply | None, purpose: str) -> None:
+        """Add a completion's tokens to the request's usage and report the call."""
+        if reply is None:
+            return
+        usage.prompt += reply.prompt_tokens
+        usage.completion += reply.completion_tokens
+        usage.calls += 1
+        self.meter.model_call(
+            purpose,
+            reply.model,
+            inputs=1,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+        )
+
     async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
         if req.mode != "auto":
             return req.mode, ""
@@ -141,7 +160,7 @@ class QueryService:
                 route, reply = await self.run_blocking(router.llm_route, self.llm, req.question)
             except Exception:  # noqa: BLE001 - a failed classifier falls back to the heuristic
                 route, reply = None, None
-            _count(usage, reply)
+            self._count(usage, reply, "route")
             if route is not None:
                 return route.mode, f"auto → {route.mode}: {route.reason}"
         route = router.heuristic_route(req.question)
@@ -226,7 +245,8 @@ class QueryService:
         return await contexts_for(conn, ranked, caller=caller)
 
     async def _spans(self, question: str) -> list[str]:
-        extraction = (await self.run_blocking(self.extractor.extract, [question]))[0]
+        found = await self.run_blocking(extract_metered, self.extractor, self.meter, [question])
+        extraction = found[0]
         return [e.name for e in extraction.entities]
 
     async def _answer(self, req: QueryRequest, result: Retrieval, usage: Usage) -> str:
@@ -237,7 +257,7 @@ class QueryService:
         if not result.contexts:
             return answers.NO_ANSWER
         reply = await self.run_blocking(answers.synthesise, self.llm, req.question, result.contexts)
-        _count(usage, reply)
+        self._count(usage, reply, "answer")
         return reply.content.strip() or answers.extractive_answer(req.question, result.contexts)
 
     async def _map_reduce(self, question: str, result: Retrieval, usage: Usage) -> str:
@@ -259,7 +279,7 @@ class QueryService:
         )
         points = []
         for community, reply in zip(result.communities, replies, strict=True):
-            _count(usage, reply)
+            self._count(usage, reply, "answer")
             points += answers.parse_points(reply, community.id)
         if not points:
             return answers.extractive_global_answer(result.communities)
@@ -268,7 +288,7 @@ class QueryService:
                 answers.REDUCE_SYSTEM, answers.reduce_prompt(question, points), max_tokens=600
             )
         )
-        _count(usage, reply)
+        self._count(usage, reply, "answer")
         return reply.content.strip()
 
 
@@ -280,6 +300,7 @@ def build_query_service(
     executor: Executor,
     *,
     client: openai.OpenAI | None = None,
+    meter: ModelMeter = NO_METER,
 ) -> QueryService:
     """A QueryService with the configured knobs and, given the process's client, the LLM."""
     llm: ChatModel | None = None
@@ -292,6 +313,7 @@ def build_query_service(
         executor=executor,
         config=QueryConfig.from_settings(settings),
         llm=llm,
+        meter=meter,
     )
 
 
@@ -303,13 +325,6 @@ def _offline_answer(req: QueryRequest, result: Retrieval) -> str:
 
 async def _no_spans() -> list[str]:
     return []
-
-
-def _count(usage: Usage, reply: ChatReply | None) -> None:
-    if reply is not None:
-        usage.prompt += reply.prompt_tokens
-        usage.completion += reply.completion_tokens
-        usage.calls += 1
 
 
 def _ms(start: float, end: float) -> float:

@@ -13,6 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
 from services.core.llm.client import call_with_retries
+from services.core.model_meter import NO_METER, ModelMeter
 
 _FORMAT: ResponseFormatJSONSchema = {
     "type": "json_schema",
@@ -34,7 +35,7 @@ _SYSTEM = (
 
 
 def make_adjudicator(
-    client: openai.OpenAI, model: str, attempts: int
+    client: openai.OpenAI, model: str, attempts: int, meter: ModelMeter = NO_METER
 ) -> Callable[[str, str, str], Awaitable[bool]]:
     """An async (name, candidate, type group) -> same? callable for the resolver."""
 
@@ -50,6 +51,14 @@ def make_adjudicator(
             )
 
         response = call_with_retries(once, attempts)
+        usage = response.usage
+        meter.model_call(
+            "adjudicate",
+            model,
+            inputs=1,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+        )
         try:
             return json.loads(response.choices[0].message.content or "")["same"] is True
         except (ValueError, KeyError, TypeError):
