@@ -53,6 +53,8 @@ SCOPES: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/documents"): "ingest",
     ("DELETE", "/v1/documents/{doc_id}"): "ingest",
     ("GET", "/v1/status"): "admin",
+    ("GET", "/v1/dashboard"): "admin",
+    ("GET", "/dashboard"): None,  # the page holds no data; it asks /v1/dashboard with a key
     ("GET", "/healthz"): None,
     ("GET", "/readyz"): None,
     ("GET", "/metrics"): None,
@@ -84,6 +86,8 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", "/v1/documents"): {"url": "/v1/documents", "json": EVENT},
         ("DELETE", "/v1/documents/{doc_id}"): {"url": "/v1/documents/auth-doc"},
         ("GET", "/v1/status"): {"url": "/v1/status"},
+        ("GET", "/v1/dashboard"): {"url": "/v1/dashboard"},
+        ("GET", "/dashboard"): {"url": "/dashboard"},
         ("GET", "/healthz"): {"url": "/healthz"},
         ("GET", "/readyz"): {"url": "/readyz"},
         ("GET", "/metrics"): {"url": "/metrics"},
