@@ -31,9 +31,12 @@ from services.core.settings import Settings
 T = TypeVar("T")
 SAMPLE = Path(__file__).resolve().parent / "sample"
 GLOBAL_QUESTION = "What are the main themes of these documents?"
-DEMO_COMMUNITIES = {
+DEMO_ENV = {
     "KGSTREAM_COMMUNITIES_CHECK_INTERVAL_S": "2",
     "KGSTREAM_COMMUNITIES_MIN_INTERVAL_S": "5",
+    # Like its API port, the demo's metrics ports are any free ones: it runs beside `kgstream up`.
+    "KGSTREAM_INDEXER_METRICS_PORT": "0",
+    "KGSTREAM_COMMUNITIES_METRICS_PORT": "0",
 }
 
 
@@ -55,7 +58,7 @@ def run_demo(
             print(f"{events}:{number}: {reason}")
             return 1
         docs.append(event)
-    extra_env = {k: v for k, v in DEMO_COMMUNITIES.items() if k not in os.environ}
+    extra_env = {k: v for k, v in DEMO_ENV.items() if k not in os.environ}
     with running_stack(
         settings, free_port(), child_log_level="WARNING", extra_env=extra_env
     ) as stack:

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
@@ -245,12 +244,13 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", tags=["operations"])
 async def readyz(request: Request, svc: ServiceDep) -> JSONResponse:
-    """The database answers: queries can be served (200). The indexer's state rides along
-    (``indexer``: ok | stalled | unknown) without changing the status code: a stalled indexer
-    leaves answers stale, not impossible; /v1/status has the detail and the lag."""
+    """The database answers: queries can be served (200). The indexer's state and the
+    published snapshot ride along (``indexer``: ok | stalled | unknown; ``snapshot``: its id,
+    or null before the first) without changing the status code: a stalled indexer leaves
+    answers stale, and without a snapshot only global mode has nothing to say; /v1/status has
+    the detail and the lag."""
     try:
-        async with svc.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
+        async with read_snapshot(svc.engine) as (conn, snapshot_id):
             progress = await read_progress(conn)
     except Exception as exc:  # noqa: BLE001 - readiness reports any failure
         return JSONResponse(
@@ -261,4 +261,6 @@ async def readyz(request: Request, svc: ServiceDep) -> JSONResponse:
     stalled = any(is_stalled(p, None, stall_after) for p in progress)
     indexer = "unknown" if not progress else "stalled" if stalled else "ok"
     database = svc.engine.url.render_as_string(hide_password=True)
-    return JSONResponse({"status": "ready", "database": database, "indexer": indexer})
+    return JSONResponse(
+        {"status": "ready", "database": database, "indexer": indexer, "snapshot": snapshot_id}
+    )

@@ -238,6 +238,7 @@ async def test_operations_endpoints(api: httpx.AsyncClient) -> None:
     ready = (await api.get("/readyz")).json()
     assert ready["status"] == "ready"
     assert ready["database"].startswith("postgresql+psycopg://")
+    assert ready["snapshot"] == (await api.get("/v1/communities")).json()["snapshot_id"]
     spec = (await api.get("/openapi.json")).json()
     assert {"/v1/query", "/v1/entities", "/v1/paths", "/v1/documents"} <= set(spec["paths"])
     assert (await api.get("/v1/status")).json()["documents"] == 48

@@ -38,6 +38,9 @@ def env_for(settings: Settings) -> dict[str, str]:
         "KGSTREAM_MAX_DOCUMENT_BYTES": str(settings.max_document_bytes),
         "KGSTREAM_INDEXER_STALL_AFTER_S": str(settings.indexer_stall_after_s),
         "KGSTREAM_LOG_LEVEL": "WARNING",
+        # Tests run several workers on one host: each takes any free metrics port.
+        "KGSTREAM_INDEXER_METRICS_PORT": "0",
+        "KGSTREAM_COMMUNITIES_METRICS_PORT": "0",
     }
 
 

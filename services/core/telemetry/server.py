@@ -11,6 +11,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from services.core.errors import ConfigurationError
+
 Readiness = Callable[[], Awaitable[str | None]]
 """None when ready, else why not (a sentence for the 503 body)."""
 
@@ -36,7 +38,15 @@ class OpsServer:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigurationError(
+                f"cannot serve metrics on {self.host}:{self.port}: {exc.strerror}. Another "
+                "process has the port: set this process's KGSTREAM_*_METRICS_PORT (0 = any "
+                "free port, listed by `kgstream status`)"
+            ) from exc
         self.port = int(sock.getsockname()[1])
         await web.SockSite(self._runner, sock).start()
         return f"http://{url_host(self.host)}:{self.port}"
