@@ -79,6 +79,7 @@ def end_offsets(
             bootstrap_servers=bootstrap.split(","),
             request_timeout_ms=3000,
             bootstrap_timeout_ms=3000,  # kafka-python 3 (api_version_auto_timeout_ms is gone)
+            enable_auto_commit=False,  # no group: says so, rather than a warning per call
         )
     except Exception as exc:  # noqa: BLE001 - status reports what it can
         log.info("no end offsets from %s: %s", bootstrap, exc)
