@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,23 +49,34 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 
-def synthetic_graph(
-    n_edges: int, seed: int = 7, avg_degree: float = 8.0, mu: float = 0.15
-) -> tuple[int, I64, I64, F64]:
-    """``n_edges`` distinct undirected edges (src < dst, sorted) on ``n_edges / 4`` nodes.
-    Communities of 8-400 nodes (power law) in groups of 12; an edge stays inside its
-    community with probability 1 - mu, else goes to the group (3/4 of those) or anywhere."""
-    rng = np.random.default_rng(seed)
+@dataclass(frozen=True)
+class Planted:
+    """Planted communities: node ``i`` is in community ``community[i]``; community ``c`` is
+    nodes ``start[c] .. start[c] + size[c] - 1``; groups of 12 consecutive communities."""
+
+    n: int
+    size: I64
+    start: I64
+    community: I64
+
+
+def planted(n_edges: int, rng: np.random.Generator, avg_degree: float = 8.0) -> Planted:
+    """``n_edges * 2 / avg_degree`` nodes in communities of 8-400 nodes (power law)."""
     n = int(n_edges * 2 / avg_degree)
     sizes: list[int] = []
     while sum(sizes) < n:
         sizes.append(min(400, int(8 * (1 - rng.random()) ** (-1 / 1.5)), n - sum(sizes)))
     size = np.array(sizes, dtype=np.int64)
     start = np.concatenate([[0], np.cumsum(size)[:-1]])
-    community = np.repeat(np.arange(len(size)), size)
-    m = int(n_edges * 1.3)
+    return Planted(n, size, start, np.repeat(np.arange(len(size)), size))
+
+
+def planted_pairs(p: Planted, m: int, rng: np.random.Generator, mu: float) -> tuple[I64, I64]:
+    """Up to ``m`` node pairs (a < b, loops dropped, duplicates possible): a pair stays inside
+    its community with probability 1 - mu, else goes to the group (3/4 of those) or anywhere."""
+    n, size, start = p.n, p.size, p.start
     src = rng.integers(0, n, m)
-    c = community[src]
+    c = p.community[src]
     r = rng.random(m)
     dst = rng.integers(0, n, m)  # "anywhere" by default
     inside = r >= mu
@@ -75,10 +87,30 @@ def synthetic_graph(
     dst[group] = start[other] + (rng.random(group.sum()) * size[other]).astype(np.int64)
     a, b = np.minimum(src, dst), np.maximum(src, dst)
     keep = a != b
-    keys = rng.permutation(np.unique(a[keep] * n + b[keep]))[:n_edges]
+    return a[keep], b[keep]
+
+
+def planted_graph(
+    n_edges: int, seed: int = 7, avg_degree: float = 8.0, mu: float = 0.15
+) -> tuple[Planted, tuple[int, I64, I64, F64]]:
+    """The planted communities and ``synthetic_graph``'s edges (same seed, same output)."""
+    rng = np.random.default_rng(seed)
+    p = planted(n_edges, rng, avg_degree)
+    a, b = planted_pairs(p, int(n_edges * 1.3), rng, mu)
+    n = p.n
+    keys = rng.permutation(np.unique(a * n + b))[:n_edges]
     keys.sort()
     weight = rng.integers(1, 6, len(keys)).astype(np.float64)
-    return n, keys // n, keys % n, weight
+    return p, (n, keys // n, keys % n, weight)
+
+
+def synthetic_graph(
+    n_edges: int, seed: int = 7, avg_degree: float = 8.0, mu: float = 0.15
+) -> tuple[int, I64, I64, F64]:
+    """``n_edges`` distinct undirected edges (src < dst, sorted) on ``n_edges / 4`` nodes.
+    Communities of 8-400 nodes (power law) in groups of 12; an edge stays inside its
+    community with probability 1 - mu, else goes to the group (3/4 of those) or anywhere."""
+    return planted_graph(n_edges, seed, avg_degree, mu)[1]
 
 
 def bench_hierarchies(n: int, src: I64, dst: I64, weight: F64, *, max_size: int) -> dict[str, Any]:
