@@ -17,7 +17,6 @@ from types import TracebackType
 from typing import Any
 
 import igraph as ig
-import leidenalg
 import numpy as np
 import numpy.typing as npt
 
@@ -151,6 +150,8 @@ class Incremental:
         iterations: int = 1,
     ) -> I64:
         """One ``_leiden`` call through leidenalg, the ``fixed`` nodes kept where they start."""
+        import leidenalg  # only here: the helpers above work without it
+
         start = np.unique(initial, return_inverse=True)[1].tolist()
         partition: Any
         if modularity:

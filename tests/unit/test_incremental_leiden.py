@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from services.communities import leiden
 from services.communities.graph import GraphRows
@@ -17,6 +18,8 @@ from tests.unit.test_communities_leiden import planted
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # as the benches run
 from incremental_leiden import Incremental, near, node_ids, previous_of
+
+pytest.importorskip("leidenalg")  # a bench candidate: skipped if dropped from the dependencies
 
 CONFIG = LeidenConfig(max_sizes=(10,), seed=42)
 
