@@ -48,15 +48,22 @@ def tenant_bound(caller: Caller) -> bool:
     return caller.key_id is not None and not caller.admin
 
 
-def bind_tenant(events: list[dict[str, Any]], tenant: str | None) -> list[dict[str, Any]]:
-    """Give events without a tenant the key's; return a problem per event naming another."""
+def bind_tenant(
+    events: list[dict[str, Any]], tenant: str | None, foreign: set[str]
+) -> list[dict[str, Any]]:
+    """Give events without a tenant the key's; return a problem per event that names another
+    tenant or a doc_id stored under another tenant (``foreign``)."""
     problems = []
     for index, event in enumerate(events):
         if event.get("type", "upsert") == "upsert" and "tenant" not in event and tenant:
             event["tenant"] = tenant
-        elif event.get("tenant") != tenant and "tenant" in event:
-            reason = "this API key may only write documents of its own tenant"
-            problems.append({"index": index, "event_id": _event_id(event), "errors": [reason]})
+        errors = []
+        if "tenant" in event and event.get("tenant") != tenant:
+            errors.append("this API key may only write documents of its own tenant")
+        if str(event["doc_id"]) in foreign:
+            errors.append("the document belongs to another tenant")
+        if errors:
+            problems.append({"index": index, "event_id": _event_id(event), "errors": errors})
     return problems
 
 

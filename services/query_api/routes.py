@@ -179,17 +179,11 @@ async def post_documents(
         detail = f"{len(problems)} invalid event(s); nothing was published"
         raise Problem(422, "Invalid document events", detail, errors=problems)
     if tenant_bound(caller):
-        problems = bind_tenant(events, caller.tenant)
         async with svc.engine.connect() as conn:
             foreign = await foreign_documents(
                 conn, [str(e["doc_id"]) for e in events], caller.tenant
             )
-        reason = "the document belongs to another tenant"
-        problems += [
-            {"index": i, "event_id": e.get("event_id"), "errors": [reason]}
-            for i, e in enumerate(events)
-            if str(e["doc_id"]) in foreign
-        ]
+        problems = bind_tenant(events, caller.tenant, foreign)
         if problems:
             detail = f"{len(problems)} event(s) outside this key's tenant; nothing was published"
             raise Problem(403, "Forbidden", detail, errors=problems)

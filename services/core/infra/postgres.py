@@ -266,9 +266,8 @@ class EmbeddedPostgres:
 
     def _dsn(self, user: str, dbname: str, password: str | None) -> str:
         auth = f" password={password}" if password is not None else ""
-        return f"host=127.0.0.1 port={self.port} user={user}{auth} dbname={dbname} " + (
-            "connect_timeout=10"
-        )
+        where = f"host=127.0.0.1 port={self.port} dbname={dbname}"
+        return f"{where} user={user}{auth} connect_timeout=10"
 
     def _secure(self) -> None:
         """On a cluster still on trust: set both roles' passwords, install the extensions in
