@@ -10,7 +10,6 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
-import psycopg
 import pytest
 
 from services.core.settings import Settings
@@ -23,6 +22,7 @@ from services.indexer.handlers import (
 )
 from services.indexer.observer import IndexerObserver
 from services.indexer.pipeline import run_pipelined
+from tests.support.faults import hold_chunk_inserts, release_chunk_inserts
 from tests.support.records import document_event, record, rows
 
 pytestmark = pytest.mark.integration
@@ -44,29 +44,6 @@ class Retries(IndexerObserver):
 
     def transient_retry(self) -> None:
         self.retried.set()
-
-
-def dsn(settings: Settings) -> str:
-    return str(settings.database_url).replace("postgresql+psycopg://", "postgresql://")
-
-
-def hold(settings: Settings) -> None:
-    """Every chunk insert of doc 'held' fails as a serialization failure (transient)."""
-    with psycopg.connect(dsn(settings), autocommit=True) as conn:
-        conn.execute(
-            "CREATE FUNCTION hold_a() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF NEW.doc_id = 'held' THEN"
-            "  RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';"
-            " END IF; RETURN NEW; END $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER hold_a BEFORE INSERT ON chunks FOR EACH ROW EXECUTE FUNCTION hold_a()"
-        )
-
-
-def release(settings: Settings) -> None:
-    with psycopg.connect(dsn(settings), autocommit=True) as conn:
-        conn.execute("DROP TRIGGER hold_a ON chunks")
 
 
 class Agent:
@@ -108,7 +85,7 @@ async def test_a_held_batch_keeps_the_next_one_unacked_and_a_stop_commits_nothin
     observer = Retries()
     deps = replace(deps, observer=observer)
     batches = [[record(HELD, offset=0)], [record(NEXT, offset=1)]]
-    hold(settings)
+    hold_chunk_inserts(settings, "held")
 
     agent = Agent(deps)
     running = asyncio.create_task(
@@ -130,7 +107,7 @@ async def test_a_held_batch_keeps_the_next_one_unacked_and_a_stop_commits_nothin
     assert await rows(deps, "SELECT doc_id FROM documents") == []
 
     # Redelivered after the stop: both apply once, written and acked in order.
-    release(settings)
+    release_chunk_inserts(settings)
     again = Agent(deps)
     await asyncio.wait_for(
         run_pipelined(stream(batches, stay_open=False), again.prepare, again.write), 120
