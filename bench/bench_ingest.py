@@ -4,8 +4,12 @@ Starts an embedded PostgreSQL and tansu broker in a temporary home, migrates, st
 indexer worker process (`kgstream worker indexer`), waits until it consumes, publishes the
 events with kafka-python and times publish -> all events processed. Then runs
 bench/bench_embed_extract.py on the same events and prints both and their ratio as JSON.
+The worker runs this checkout's code (its working directory is the repository root).
 
-    .venv/bin/python bench/bench_ingest.py [EVENTS.jsonl]
+    .venv/bin/python bench/bench_ingest.py [EVENTS.jsonl] [--quick]
+
+The default input is the 994-document HotpotQA set the target is measured on; ``--quick``
+takes its first 100 events (a smoke run of well under a minute).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from services.core.infra.topics import ensure_topics  # noqa: E402
 from services.core.producer import make_producer, publish_events  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
 
-DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events.jsonl"
+DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events_full.jsonl"
+QUICK_EVENTS = 100
 
 
 def processed(url: str) -> int:
@@ -72,7 +77,7 @@ def pipeline(events: list[dict[str, object]]) -> dict[str, float]:
             "KGSTREAM_LOG_LEVEL": "WARNING",
         }
         worker = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "worker", "indexer"], env=env
+            [sys.executable, "-m", "services.cli.main", "worker", "indexer"], env=env, cwd=ROOT
         )
         producer = make_producer(bootstrap, Settings())
         warm = {**events[0], "event_id": "warm-up", "doc_id": "warm-up"}
@@ -100,19 +105,33 @@ def pipeline(events: list[dict[str, object]]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("events", nargs="?", type=Path, default=DEFAULT)
+    parser.add_argument("--quick", action="store_true", help=f"first {QUICK_EVENTS} events only")
     args = parser.parse_args()
-    lines = args.events.read_text(encoding="utf-8").splitlines()
-    events = [json.loads(line) for line in lines if line.strip()]
+    lines = [line for line in args.events.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if args.quick:
+        lines = lines[:QUICK_EVENTS]
+    events = [json.loads(line) for line in lines]
     measured = pipeline(events)
-    bare = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_embed_extract.py"), str(args.events)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8") as same:
+        same.write("\n".join(lines) + "\n")  # the bare loop reads exactly these events
+        same.flush()
+        bare = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "bench_embed_extract.py"), same.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     loop = json.loads(bare.stdout)
     ratio = round(measured["docs_per_s"] / float(loop["passages_per_s"]), 3)
-    print(json.dumps({"pipeline": measured, "bare_loop": loop, "ratio": ratio}, indent=1))
+    describe = ["git", "describe", "--always", "--dirty"]
+    commit = subprocess.run(describe, cwd=ROOT, capture_output=True, text=True, check=False)
+    report = {
+        "commit": commit.stdout.strip(),
+        "pipeline": measured,
+        "bare_loop": loop,
+        "ratio": ratio,
+    }
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

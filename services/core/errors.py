@@ -27,6 +27,11 @@ class TransientError(KgstreamError):
     """Worth retrying: the same input may succeed later (timeouts, 429, 5xx, lost connection)."""
 
 
+class StaleComputeError(TransientError):
+    """The state an event's compute phase planned against has moved (its document changed, a
+    new merge candidate appeared): compute it again now, no backoff needed the first time."""
+
+
 class PermanentError(KgstreamError):
     """Retrying cannot help; the event goes to the dead-letter topic with this reason."""
 

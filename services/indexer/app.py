@@ -5,6 +5,7 @@ and the process's registration run beside it (services/core/telemetry/)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -24,11 +25,30 @@ from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
-from services.indexer.handlers import IndexerDeps, RawRecord, handle_batch
+from services.indexer.handlers import (
+    IndexerDeps,
+    PreparedBatch,
+    RawRecord,
+    prepare_batch,
+    write_batch,
+)
 from services.indexer.metrics import LagGauge, PrometheusIndexerObserver
+from services.indexer.pipeline import run_pipelined
 from services.indexer.resolution import Adjudicator
 
 log = logging.getLogger(__name__)
+
+
+def _record(event: faust.EventT[bytes]) -> RawRecord:
+    message = event.message
+    return RawRecord(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        timestamp=message.timestamp,  # faust gives seconds since the epoch
+    )
 
 
 def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
@@ -70,27 +90,24 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
 
     @app.agent(documents, name="index-documents")
     async def index(stream: faust.StreamT[bytes]) -> None:
-        # Batches are acked by hand, only after handle_batch returns: at-least-once. take_events
+        # Batches are acked by hand, only after write_batch returns: at-least-once. take_events
         # would ack the in-flight batch when its generator closes (a stop or a cancel while a
         # transient failure holds the batch), committing events that were never applied.
         concrete = cast(faust.Stream[bytes], stream)  # StreamT does not declare noack_take
         batches = concrete.noack_take(settings.indexer_batch_size, settings.indexer_batch_wait_s)
-        async for batch in batches:
+
+        async def prepare(batch: Sequence[bytes]) -> PreparedBatch:
             events = cast(list[faust.EventT[bytes]], batch)  # noack_take buffers events, not values
-            records = [
-                RawRecord(
-                    topic=e.message.topic,
-                    partition=e.message.partition,
-                    offset=e.message.offset,
-                    key=e.message.key,
-                    value=e.message.value,
-                    timestamp=e.message.timestamp,  # faust gives seconds since the epoch
-                )
-                for e in events
-            ]
-            await handle_batch(deps, records)  # outcomes are counted by the observer
-            for event in events:
+            return await prepare_batch(deps, [_record(e) for e in events])
+
+        async def write(batch: Sequence[bytes], prepared: PreparedBatch) -> None:
+            await write_batch(deps, prepared)  # outcomes are counted by the observer
+            for event in cast(list[faust.EventT[bytes]], batch):
                 await concrete.ack(event)
+
+        # The write phase of one batch overlaps the compute phase of the next; a batch is
+        # acked after its writes, batches in order (services/indexer/pipeline.py).
+        await run_pipelined(batches, prepare, write)
 
     return app
 

@@ -4,7 +4,7 @@ document's row lock; then the diff is merged and the change log appended."""
 from __future__ import annotations
 
 from services.core.contracts import DocumentEvent
-from services.core.errors import TransientError
+from services.core.errors import StaleComputeError
 from services.indexer import graph_writer as gw
 from services.indexer.compute import Computed, UpsertPlan
 from services.indexer.deps import IndexerDeps, Outcome
@@ -44,7 +44,7 @@ async def commit_upsert(
         current = await existing_chunk_hashes(conn, event.doc_id)
         if any(h not in current and h not in computed.chunks for h, _ in plan.planned):
             # Another event for this document landed between planning and the lock.
-            raise TransientError(f"{event.doc_id} changed since it was planned; recomputing")
+            raise StaleComputeError(f"{event.doc_id} changed since it was planned; recomputing")
         await write_document(conn, event, plan.doc_hash, deleted=False)
         wanted = {h for h, _ in plan.planned}
         changes = gw.ChangeSet()

@@ -10,7 +10,9 @@ and message). Cancellation (shutdown) is the one thing that passes through: the 
 not acked and is redelivered.
 
 A batch shares its CPU work (one embedding call, one extraction call); every event still gets
-its own transaction, in order."""
+its own transaction, in order. ``prepare_batch`` (the compute phase: reads only) and
+``write_batch`` (the write phase) are separate so the agent can overlap the writes of one batch
+with the compute of the next (services/indexer/pipeline.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from services.core import log_context
 from services.core.contracts import DocumentEvent, parse_document_event
-from services.core.errors import PermanentError
+from services.core.errors import PermanentError, StaleComputeError
 from services.core.failures import as_permanent, is_transient
 from services.indexer import progress
 from services.indexer.apply import apply_delete, commit_upsert
@@ -30,7 +33,17 @@ from services.indexer.dead_letters import dead_letter
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.observer import timed
 
-__all__ = ["IndexerDeps", "Outcome", "RawRecord", "apply_event", "handle_batch", "handle_record"]
+__all__ = [
+    "IndexerDeps",
+    "Outcome",
+    "PreparedBatch",
+    "RawRecord",
+    "apply_event",
+    "handle_batch",
+    "handle_record",
+    "prepare_batch",
+    "write_batch",
+]
 
 log = logging.getLogger(__name__)
 FIRST_BACKOFF_S = 0.5
@@ -45,27 +58,55 @@ async def handle_record(deps: IndexerDeps, record: RawRecord) -> Outcome:
 async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[Outcome]:
     """Apply records in order; returns one outcome per record. Never raises (but for
     cancellation): see the module docstring."""
+    return await write_batch(deps, await prepare_batch(deps, records))
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A batch after its compute phase (decode, plan, chunk, embed, extract, resolution
+    inputs), before any write. Planned against the state it was prepared on: the write phase
+    checks again and recomputes an event whose document or merge candidates moved since."""
+
+    records: Sequence[RawRecord]
+    events: list[tuple[int, DocumentEvent]]
+    rejected: list[tuple[int, PermanentError]]
+    plans: dict[int, UpsertPlan]
+    computed: dict[int, Computed]
+    failed: dict[int, PermanentError]
+
+
+async def prepare_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> PreparedBatch:
+    """The compute phase: reads the database, writes nothing. Never raises (but for
+    cancellation): what fails here is retried or dead-lettered by ``write_batch``."""
     observer = deps.observer
     observer.batch(len(records))
-    outcomes: list[Outcome] = ["dead_lettered"] * len(records)
     events: list[tuple[int, DocumentEvent]] = []
-    rejected: list[tuple[RawRecord, PermanentError]] = []
+    rejected: list[tuple[int, PermanentError]] = []
     with timed(observer, "decode"):
         for i, record in enumerate(records):
             try:
                 events.append((i, decode(deps, record)))
             except PermanentError as exc:
-                rejected.append((record, exc))
-    for record, reason in rejected:
-        await dead_letter(deps, record, reason, event=None)
+                rejected.append((i, exc))
     plans, computed, failed = await _compute_batch(deps, events)
+    return PreparedBatch(records, events, rejected, plans, computed, failed)
+
+
+async def write_batch(deps: IndexerDeps, batch: PreparedBatch) -> list[Outcome]:
+    """The write phase: dead letters, then one transaction per event in offset order, then the
+    batch's progress. Returns one outcome per record; never raises (but for cancellation)."""
+    observer, records = deps.observer, batch.records
+    outcomes: list[Outcome] = ["dead_lettered"] * len(records)
+    for i, reason in batch.rejected:
+        await dead_letter(deps, records[i], reason, event=None)
     with timed(observer, "write"):
-        for i, event in events:
+        for i, event in batch.events:
             with log_context.bound(event_id=event.event_id, doc_id=event.doc_id):
-                if i in failed:
-                    await dead_letter(deps, records[i], failed[i], event=event)
+                if i in batch.failed:
+                    await dead_letter(deps, records[i], batch.failed[i], event=event)
                     continue
-                outcomes[i] = await _settle(deps, records[i], event, plans.get(i), computed.get(i))
+                plan, computed = batch.plans.get(i), batch.computed.get(i)
+                outcomes[i] = await _settle(deps, records[i], event, plan, computed)
                 log.info("%s %s", event.type, outcomes[i])
                 if outcomes[i] in ("applied", "deleted"):
                     _observe_freshness(deps, records[i], event)
@@ -150,6 +191,7 @@ async def _settle(
     computed: Computed | None,
 ) -> Outcome:
     delay = FIRST_BACKOFF_S
+    recomputed = False
     while True:
         try:
             return await apply_event(deps, event, plan, computed, record.timestamp)
@@ -157,6 +199,14 @@ async def _settle(
             if not is_transient(exc):
                 await dead_letter(deps, record, as_permanent(exc), event=event)
                 return "dead_lettered"
+            if isinstance(exc, StaleComputeError) and not recomputed:
+                # Planned against state an earlier write has moved (the next batch is computed
+                # while this one is written): recompute at once; back off if it happens again.
+                log.info("recomputing %s: %s", event.event_id, exc)
+                deps.observer.transient_retry()
+                recomputed = True
+                plan = computed = None
+                continue
             log.warning(
                 "transient failure on %s, retry in %.1fs: %s: %s",
                 event.event_id,

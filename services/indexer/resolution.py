@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.db.engine import vector_literal
-from services.core.errors import TransientError
+from services.core.errors import StaleComputeError
 from services.core.extraction import ExtractedEntity, Extraction
 from services.core.normalize import entity_key
 from services.core.settings import Settings
@@ -300,7 +300,7 @@ async def _similar(
             continue
         if verdict == "ask":
             if (key, entity_id) not in decisions:
-                raise TransientError(f"new merge candidate for {key!r} since compute")
+                raise StaleComputeError(f"new merge candidate for {key!r} since compute")
             if not decisions[(key, entity_id)]:
                 continue
         found[key] = entity_id

@@ -8,10 +8,10 @@ import json
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from services.core.settings import Settings
+from tests.support.faults import hold_chunk_inserts, release_chunk_inserts
 from tests.support.graph import scalar, wait_processed
 from tests.support.workers import (
     committed_offsets,
@@ -34,33 +34,10 @@ HELD = {
 }
 
 
-def dsn(settings: Settings) -> str:
-    return str(settings.database_url).replace("postgresql+psycopg://", "postgresql://")
-
-
-def hold_doc(settings: Settings) -> None:
-    """Every insert of a chunk of doc 'held' fails as a serialization failure (transient)."""
-    with psycopg.connect(dsn(settings), autocommit=True) as conn:
-        conn.execute(
-            "CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF NEW.doc_id = 'held' THEN"
-            "  RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';"
-            " END IF; RETURN NEW; END $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER hold BEFORE INSERT ON chunks FOR EACH ROW EXECUTE FUNCTION hold()"
-        )
-
-
-def release_doc(settings: Settings) -> None:
-    with psycopg.connect(dsn(settings), autocommit=True) as conn:
-        conn.execute("DROP TRIGGER hold ON chunks")
-
-
 def test_a_held_worker_stops_promptly_and_commits_nothing_unapplied(
     settings: Settings, tmp_path: Path
 ) -> None:
-    hold_doc(settings)
+    hold_chunk_inserts(settings, "held")
     bootstrap, topic = str(settings.kafka_bootstrap_servers), settings.documents_topic
     first = start_worker(settings, tmp_path / "first.log")
     try:
@@ -83,7 +60,7 @@ def test_a_held_worker_stops_promptly_and_commits_nothing_unapplied(
     assert committed.get(partition, -1) < end, "the unapplied event's offset was committed"
     assert scalar(str(settings.database_url), "SELECT count(*) FROM processed_events") == 0
 
-    release_doc(settings)
+    release_chunk_inserts(settings)
     second = start_worker(settings, tmp_path / "second.log")
     try:
         assert wait_processed(str(settings.database_url), 1, timeout=120) == 1, second.output()[

@@ -146,3 +146,25 @@ def indexed_sample(
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_SAMPLE_TEMPLATES[server]}"')
     return f"{server}/{name}"
+
+
+def hold_chunk_inserts(settings: Settings, doc_id: str) -> None:
+    """Every chunk insert of ``doc_id`` fails as a serialization failure (transient) until
+    ``release_chunk_inserts``."""
+    with psycopg.connect(libpq_url(str(settings.database_url)), autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF NEW.doc_id = '{doc_id}' THEN"
+            "  RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';"
+            " END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER hold BEFORE INSERT ON chunks FOR EACH ROW EXECUTE FUNCTION hold()"
+        )
+
+
+def release_chunk_inserts(settings: Settings) -> None:
+    """Undo ``hold_chunk_inserts``."""
+    with psycopg.connect(libpq_url(str(settings.database_url)), autocommit=True) as conn:
+        conn.execute("DROP TRIGGER hold ON chunks")
+        conn.execute("DROP FUNCTION hold()")
