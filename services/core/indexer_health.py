@@ -10,7 +10,9 @@ true end), so lag there is a lower bound."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,31 +69,83 @@ async def read_progress(conn: AsyncConnection) -> list[PartitionProgress]:
     ]
 
 
+def _consumer(bootstrap: str) -> KafkaConsumer:
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap.split(","),
+        request_timeout_ms=3000,
+        bootstrap_timeout_ms=3000,  # kafka-python 3 (api_version_auto_timeout_ms is gone)
+        enable_auto_commit=False,  # no group: says so, rather than a warning per call
+    )
+
+
+def _ask(consumer: KafkaConsumer, wanted: list[TopicPartition]) -> dict[tuple[str, int], int]:
+    found = consumer.end_offsets(wanted)
+    return {(tp.topic, tp.partition): int(o) for tp, o in found.items()}
+
+
+def _wanted(partitions: Iterable[tuple[str, int]]) -> list[TopicPartition]:
+    return [TopicPartition(t, p) for t, p in sorted(set(partitions))]
+
+
 def end_offsets(
     bootstrap: str, partitions: Iterable[tuple[str, int]]
 ) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> end offset from the broker; empty when it cannot be asked."""
-    wanted = [TopicPartition(t, p) for t, p in sorted(set(partitions))]
+    """(topic, partition) -> end offset from the broker; empty when it cannot be asked. One
+    connection per call: for one-shot callers (``kgstream status``); samplers keep an
+    :class:`OffsetReader`."""
+    wanted = _wanted(partitions)
     if not wanted:
         return {}
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap.split(","),
-            request_timeout_ms=3000,
-            bootstrap_timeout_ms=3000,  # kafka-python 3 (api_version_auto_timeout_ms is gone)
-            enable_auto_commit=False,  # no group: says so, rather than a warning per call
-        )
+        consumer = _consumer(bootstrap)
     except Exception as exc:  # noqa: BLE001 - status reports what it can
         log.info("no end offsets from %s: %s", bootstrap, exc)
         return {}
     try:
-        found = consumer.end_offsets(wanted)
-        return {(tp.topic, tp.partition): int(o) for tp, o in found.items()}
+        return _ask(consumer, wanted)
     except Exception as exc:  # noqa: BLE001 - status reports what it can
         log.info("no end offsets from %s: %s", bootstrap, exc)
         return {}
     finally:
         consumer.close()
+
+
+class OffsetReader:
+    """End offsets for a process that asks every few seconds (the indexer's lag gauge, the
+    dashboard sampler): one broker connection kept between calls instead of a new client (and
+    its metadata bootstrap) per call. A failed call drops the connection and the next call
+    makes a new one; ``read`` is blocking (call it in a thread) and safe from several threads."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._consumer: KafkaConsumer | None = None
+        self._lock = threading.Lock()
+
+    def read(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> end offset; empty when the broker cannot be asked now."""
+        wanted = _wanted(partitions)
+        if not wanted:
+            return {}
+        with self._lock:
+            try:
+                if self._consumer is None:
+                    self._consumer = _consumer(self.bootstrap)
+                return _ask(self._consumer, wanted)
+            except Exception as exc:  # noqa: BLE001 - lag is reported as unknown meanwhile
+                log.info("no end offsets from %s: %s", self.bootstrap, exc)
+                self._drop()
+                return {}
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with suppress(Exception):
+                consumer.close()
 
 
 def health(

@@ -4,6 +4,7 @@ and the process's registration run beside it (services/core/telemetry/)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.db.engine import make_engine
+from services.core.indexer_health import OffsetReader
 from services.core.infra.manager import Endpoints
 from services.core.llm.adjudicator import make_adjudicator
 from services.core.llm.client import process_client
@@ -135,7 +137,8 @@ def _operations(
 ) -> None:
     """/metrics, /healthz, /readyz; registration and heartbeat; consumer lag, refreshed."""
     membership = Membership(settings.documents_topic)
-    lag = LagGauge(engine, endpoints.kafka_bootstrap_servers, settings.consumer_group)
+    offsets = OffsetReader(endpoints.kafka_bootstrap_servers)
+    lag = LagGauge(engine, offsets, settings.consumer_group)
 
     async def assigned(_: Any, /, *args: Any, signal: Any, **__: Any) -> None:  # noqa: ARG001 - faust sends it
         membership.on_assigned(args[0])  # the signal sends the new assignment
@@ -170,6 +173,7 @@ def _operations(
 
         async def on_stop(self) -> None:
             await ops.stop()
+            await asyncio.to_thread(offsets.close)
 
     app.service(Operations)
 

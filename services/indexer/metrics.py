@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from prometheus_client import Counter, Gauge, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.core.indexer_health import end_offsets, read_progress
+from services.core.indexer_health import OffsetReader, read_progress
 from services.core.telemetry.models import PrometheusModelMeter
 from services.indexer.deps import Outcome
 from services.indexer.observer import IndexerObserver, Since, Stage
@@ -106,8 +106,8 @@ for _result in ("reused", "embedded"):
 class LagGauge:
     """Keeps ``kgstream_indexer_consumer_lag`` to the partitions this process owns."""
 
-    def __init__(self, engine: AsyncEngine, bootstrap: str, consumer_group: str) -> None:
-        self.engine, self.bootstrap, self.group = engine, bootstrap, consumer_group
+    def __init__(self, engine: AsyncEngine, offsets: OffsetReader, consumer_group: str) -> None:
+        self.engine, self.offsets, self.group = engine, offsets, consumer_group
         self._shown: set[tuple[str, int]] = set()
 
     async def refresh(self, assigned: Iterable[tuple[str, int]]) -> None:
@@ -122,7 +122,7 @@ class LagGauge:
             for p in progress
             if p.consumer_group == self.group
         }
-        ends = await asyncio.to_thread(end_offsets, self.bootstrap, owned) if owned else {}
+        ends = await asyncio.to_thread(self.offsets.read, owned) if owned else {}
         shown = set()
         for topic, partition in sorted(owned):
             end = ends.get((topic, partition))

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.change_state import read_change_state
 from services.core.history import history
-from services.core.indexer_health import end_offsets, read_progress
+from services.core.indexer_health import OffsetReader, read_progress
 from services.core.series import points
 from services.core.settings import Settings
 from services.query_api.auth import ADMIN
@@ -33,7 +33,7 @@ STEP_S = 60.0  # the database history's bucket
 router = APIRouter()
 
 
-def make_probe(engine: AsyncEngine, bootstrap: str) -> Any:
+def make_probe(engine: AsyncEngine, offsets: OffsetReader) -> Any:
     """The sampler's probe: lag per consumer group from indexer_progress against the broker's
     end offsets (approximate on the embedded tansu), and the change ratio."""
 
@@ -41,9 +41,7 @@ def make_probe(engine: AsyncEngine, bootstrap: str) -> Any:
         async with engine.connect() as conn:
             ratio = (await read_change_state(conn)).ratio
             progress = await read_progress(conn)
-        ends = await asyncio.to_thread(
-            end_offsets, bootstrap, [(p.topic, p.partition) for p in progress]
-        )
+        ends = await asyncio.to_thread(offsets.read, [(p.topic, p.partition) for p in progress])
         lag: dict[str, int | None] = {}
         for p in progress:  # a group's lag is unknown when any of its partitions' is
             end = ends.get((p.topic, p.partition))
@@ -66,6 +64,7 @@ async def sampling(app: FastAPI) -> AsyncIterator[None]:
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
+        await asyncio.to_thread(app.state.offsets.close)
 
 
 @router.get("/dashboard", include_in_schema=False)
@@ -107,8 +106,9 @@ async def dashboard_data(request: Request) -> dict[str, Any]:
 def install(app: FastAPI, settings: Settings, engine: AsyncEngine, bootstrap: str) -> None:
     """The page, its data route, the static assets, and the process's sampler (which samples
     while ``sampling`` runs, in the app's lifespan)."""
+    app.state.offsets = OffsetReader(bootstrap)
     app.state.sampler = Sampler(
-        make_probe(engine, bootstrap),
+        make_probe(engine, app.state.offsets),
         interval_s=settings.dashboard_sample_s,
         window_s=settings.dashboard_window_s,
     )
