@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _scale_harness import MemorySampler, Stack, indexer_stack, table_sizes, wait_for  # noqa: E402
+from _statement_profile import profile_mode  # noqa: E402
 from synth_corpus import Corpus, questions  # noqa: E402
 
 from services.communities.app import build_deps  # noqa: E402
@@ -102,7 +103,8 @@ async def recompute_once(settings: Settings, url: str) -> dict[str, Any]:
 async def latencies(
     settings: Settings, url: str, asked: list[dict[str, Any]], k: int = 10
 ) -> dict[str, Any]:
-    """Every question in every mode: p50/p99 latency and retrieval by doc_id."""
+    """Every question in every mode: p50/p99 latency and retrieval by doc_id; then where
+    local mode's time goes (another pass with every statement timed, outside the figures)."""
     engine = make_engine(url)
     client = process_client(settings)
     embedder, extractor = build_embedder(settings, client), build_extractor(settings, client)
@@ -115,6 +117,10 @@ async def latencies(
             for mode in MODES:
                 results = await run_questions(service, asked, mode, k, progress=False)
                 out[mode] = summarise(results, k)
+            try:
+                out["local_profile"] = await profile_mode(service, engine, asked, "local")
+            except Exception as exc:  # noqa: BLE001 - the profile must not lose the figures
+                out["local_profile"] = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
     finally:
         await engine.dispose()
     return out
