@@ -86,7 +86,7 @@ async def profile_mode(
     statements = []
     for statement, calls in timer.costliest(top):
         try:
-            plan = await explain(engine, statement, calls.slowest)
+            plan = [line[:240] for line in await explain(engine, statement, calls.slowest)]
         except Exception as exc:  # noqa: BLE001 - a plan is a bonus, the timings stand
             plan = [f"EXPLAIN failed: {type(exc).__name__}: {exc}"[:300]]
         statements.append(

@@ -45,6 +45,7 @@ TOPIC_SIZE = 40  # entities per topic
 HOME_SHARE = 0.65  # share of a document's mentions drawn from its own topic
 RARE_SHARE = 0.15  # share drawn uniformly from the universe (the long tail of one-off names)
 ENTITIES_PER_DOCUMENT = 4  # size of the universe per document of the corpus
+NARROW_NAMES = 40_000  # larger universes also draw from the wide name space (see universe)
 SENTENCES_MEDIAN = 5
 SENTENCES_SIGMA = 0.7
 MAX_SENTENCES = 60
@@ -196,28 +197,40 @@ def draw(rng: random.Random, cdf: Sequence[float]) -> int:
     return min(bisect.bisect_left(cdf, rng.random() * cdf[-1]), len(cdf) - 1)
 
 
-def _word(rng: random.Random) -> str:
-    return (rng.choice(ONSETS) + rng.choice(MIDDLES) + rng.choice(CODAS)).capitalize()
+def _word(rng: random.Random, wide: bool) -> str:
+    """A name-like word: a syllable and a place-name ending (2,000 words); ``wide`` adds
+    two-syllable words (~42,000)."""
+    second = rng.choice(ONSETS) + rng.choice(MIDDLES) if wide and rng.random() < 0.5 else ""
+    return (rng.choice(ONSETS) + rng.choice(MIDDLES) + second + rng.choice(CODAS)).capitalize()
 
 
-def _name(rng: random.Random, kind: str) -> str:
+def _name(rng: random.Random, kind: str, wide: bool) -> str:
     if kind == "person":
-        return f"{rng.choice(FIRST)} {rng.choice(SURNAMES)}"
+        first = rng.choice(FIRST)
+        surname = _word(rng, wide) if wide and rng.random() < 0.5 else rng.choice(SURNAMES)
+        return f"{first} {surname}"
     if kind == "place":
-        return rng.choice(PLACE_FORMS).format(_word(rng))
-    return rng.choice(ORG_FORMS).format(_word(rng))
+        return rng.choice(PLACE_FORMS).format(_word(rng, wide))
+    return rng.choice(ORG_FORMS).format(_word(rng, wide))
 
 
 def universe(rng: random.Random, size: int) -> list[Entity]:
-    """``size`` entities with distinct names, in the order they were drawn."""
+    """``size`` entities with distinct names, in the order they were drawn. Universes above
+    NARROW_NAMES (corpora above 10,000 documents) draw from the wide name space: the narrow
+    one holds ~60,000 names and would repeat itself."""
+    wide = size > NARROW_NAMES
     seen: set[str] = set()
     out: list[Entity] = []
-    while len(out) < size:
+    for _ in range(20 * size):  # a bound on redraws of taken names, not a budget
+        if len(out) == size:
+            break
         kind = rng.choice(KINDS)
-        name = _name(rng, kind)
+        name = _name(rng, kind, wide)
         if name not in seen:
             seen.add(name)
             out.append(Entity(name, kind))
+    if len(out) < size:
+        raise ValueError(f"only {len(out)} distinct names for a universe of {size}")
     return out
 
 
