@@ -1,6 +1,7 @@
 """The synthetic scale corpus (bench/synth_corpus.py): one seed gives one corpus, another seed
 another; its statistics fall in the ranges the scale benchmark relies on; every event is a
-valid document event; questions name entities that share their gold documents."""
+valid document event; questions name entities that share their gold documents; and the memory
+summary bench/bench_scale.py reports."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from services.core.contracts import encode_event, event_problems
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # as the benches run
+from _scale_harness import MemorySampler
 from synth_corpus import Corpus, questions
 
 
@@ -52,3 +54,17 @@ def test_questions_name_two_entities_of_their_gold_documents() -> None:
         named = {n for n in names[q["gold_doc_ids"][0]] if n in q["question"]}
         assert len(named) >= 2
         assert all(named <= names[doc] for doc in q["gold_doc_ids"])
+
+
+def test_memory_summary_reads_the_quarter_mark_and_the_peak() -> None:
+    sampler = MemorySampler(indexer=0, postmaster=None, broker=None)
+    sampler.samples = [(float(t), 100.0 + t, 50.0, 10.0) for t in range(8)] + [(8.0, 90.0, 5, 1)]
+    summary = sampler.summary()["indexer_rss_mib"]
+    assert summary == {
+        "start": 100.0,
+        "at_25pct": 102.0,
+        "end": 90.0,
+        "peak": 107.0,
+        "end_vs_25pct": round(90 / 102, 3),
+        "samples": 9,
+    }
