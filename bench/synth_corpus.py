@@ -3,7 +3,7 @@ for scale benchmarks: NOT copies of one corpus.
 
 Statistics it aims for (measured and printed by the CLI):
 - entities are people (first name x surname pools), places (seeded syllables + a place
-  suffix, "the town of X", "X County") and organisations (syllables + "Institute",
+  ending: "X", "X County", "Port X", "Lake X") and organisations (syllables + "Institute",
   "Corporation", ...): forms spaCy's English model tags as PERSON / GPE / ORG;
 - entity frequencies are heavy-tailed: an entity's rank r in a topic is drawn with weight
   1 / r**ZIPF_S, topics themselves and ranks across the universe are Zipf-distributed too,
