@@ -16,90 +16,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from services.core.db import migrations  # noqa: E402
-from services.core.infra.broker import EmbeddedBroker  # noqa: E402
-from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
-from services.core.infra.topics import ensure_topics  # noqa: E402
-from services.core.producer import make_producer, publish_events  # noqa: E402
-from services.core.settings import Settings  # noqa: E402
+from _scale_harness import indexer_stack, wait_for  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events_full.jsonl"
 QUICK_EVENTS = 100
 
 
-def processed(url: str) -> int:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return int(conn.scalar(text("SELECT count(*) FROM processed_events")) or 0)
-    finally:
-        engine.dispose()
-
-
-def wait_for(url: str, n: int, timeout: float) -> float:
-    start = time.perf_counter()
-    while processed(url) < n:
-        if time.perf_counter() - start > timeout:
-            raise TimeoutError(f"{processed(url)}/{n} processed after {timeout:.0f}s")
-        time.sleep(0.2)
-    return time.perf_counter()
-
-
 def pipeline(events: list[dict[str, object]]) -> dict[str, float]:
-    home = Path(tempfile.mkdtemp(prefix="kg-bench-"))
-    pg, broker = EmbeddedPostgres(home), EmbeddedBroker(home)
-    url, bootstrap = pg.start(), broker.start()
-    topic = f"bench-{uuid.uuid4().hex[:6]}"
-    worker = None
-    try:
-        migrations.upgrade(url, 384)
-        ensure_topics(bootstrap, {topic: 4, f"{topic}.dlq": 1})
-        env = {
-            **os.environ,
-            "KGSTREAM_HOME": str(home),
-            "KGSTREAM_DATABASE_URL": url,
-            "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "KGSTREAM_DOCUMENTS_TOPIC": topic,
-            "KGSTREAM_DLQ_TOPIC": f"{topic}.dlq",
-            "KGSTREAM_LOG_LEVEL": "WARNING",
-        }
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "worker", "indexer"], env=env, cwd=ROOT
-        )
-        producer = make_producer(bootstrap, Settings())
-        warm = {**events[0], "event_id": "warm-up", "doc_id": "warm-up"}
-        publish_events(producer, topic, [warm])
-        wait_for(url, 1, 120)  # the worker has joined its group and loaded its models
+    with indexer_stack() as stack:
+        stack.warm_up(events[0])  # the worker has joined its group and loaded its models
         t0 = time.perf_counter()
-        publish_events(producer, topic, events)
+        stack.publish(events)
         published = time.perf_counter()
-        done = wait_for(url, len(events) + 1, 1800)
-        producer.close()
+        done = wait_for(stack.url, len(events) + 1, 1800)
         return {
             "documents": len(events),
             "publish_s": round(published - t0, 2),
             "seconds": round(done - t0, 2),
             "docs_per_s": round(len(events) / (done - t0), 2),
         }
-    finally:
-        if worker is not None:
-            worker.terminate()
-            worker.wait(timeout=60)
-        broker.stop()
-        pg.purge()
 
 
 def main() -> None:
