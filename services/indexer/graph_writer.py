@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.db.bulk import BulkInsert, insert_rows
 from services.core.db.engine import vector_literal
 from services.core.extraction import Extraction
 from services.core.normalize import entity_key
@@ -18,6 +19,46 @@ from services.indexer.resolution import (
     document_surfaces,
     resolve_entities,
     with_title,
+)
+
+_MENTIONS = BulkInsert(
+    "mentions",
+    (
+        ("entity_id", "bigint"),
+        ("chunk_id", "bigint"),
+        ("doc_id", "text"),
+        ("surface", "text"),
+        ("type", "text"),
+        ("start_char", "int"),
+        ("end_char", "int"),
+        ("sentence", "text"),
+    ),
+    "ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING",
+)
+_ALIASES = BulkInsert(
+    "aliases",
+    (("entity_id", "bigint"), ("alias", "text"), ("alias_key", "text")),
+    "ON CONFLICT DO NOTHING",
+)
+_EVIDENCE = BulkInsert(
+    "relationship_evidence",
+    (
+        ("relationship_id", "bigint"),
+        ("chunk_id", "bigint"),
+        ("doc_id", "text"),
+        ("strength", "float8"),
+        ("sentence", "text"),
+    ),
+)
+_CHANGES = BulkInsert(
+    "graph_changes",
+    (
+        ("kind", "text"),
+        ("ref_id", "bigint"),
+        ("op", "text"),
+        ("doc_id", "text"),
+        ("event_id", "text"),
+    ),
 )
 
 
@@ -128,8 +169,7 @@ async def add_chunks(
         own = entity_key(name)
         return ids.get(resolution.canonical.get(own, own))
 
-    mention_rows = []
-    alias_rows = []
+    mention_rows: list[tuple[object, ...]] = []
     for c in chunks:
         for ent in with_title(title, c.extraction).entities:
             eid = entity_id(ent.name)
@@ -137,36 +177,24 @@ async def add_chunks(
                 continue
             touched_entities.add(eid)
             mention_rows.append(
-                {
-                    "e": eid,
-                    "c": chunk_ids[c.diff_hash],
-                    "d": doc_id,
-                    "s": ent.name,
-                    "t": ent.type,
-                    "a": ent.start,
-                    "b": ent.end,
-                    "x": ent.sentence,
-                }
+                (
+                    eid,
+                    chunk_ids[c.diff_hash],
+                    doc_id,
+                    ent.name,
+                    ent.type,
+                    ent.start,
+                    ent.end,
+                    ent.sentence,
+                )
             )
-            alias_rows.append({"e": eid, "a": ent.name, "k": entity_key(ent.name)})
-    if mention_rows:  # a document may name nothing at all (no title, no entities)
-        await conn.execute(
-            text(
-                "INSERT INTO mentions (entity_id, chunk_id, doc_id, surface, type, start_char,"
-                " end_char, sentence) VALUES (:e, :c, :d, :s, :t, :a, :b, :x)"
-                " ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING"
-            ),
-            mention_rows,
-        )
-        await conn.execute(
-            text(
-                "INSERT INTO aliases (entity_id, alias, alias_key) VALUES (:e, :a, :k)"
-                " ON CONFLICT DO NOTHING"
-            ),
-            _unique(alias_rows),
-        )
+    # A document may name nothing at all (no title, no entities).
+    await insert_rows(conn, _MENTIONS, mention_rows)
+    aliases = {(row[0], row[3]): entity_key(str(row[3])) for row in mention_rows}
+    await insert_rows(conn, _ALIASES, [(e, a, k) for (e, a), k in aliases.items()])
 
-    edge_rows: dict[tuple[int, int, str], list[dict[str, object]]] = {}
+    # (relationship, chunk) -> (doc, strongest strength, first sentence): one evidence row each.
+    edge_rows: dict[tuple[int, int, str], dict[int, tuple[str, float, str]]] = {}
     for c in chunks:
         for rel in c.extraction.relations:
             s, t = entity_id(rel.source), entity_id(rel.target)
@@ -174,21 +202,19 @@ async def add_chunks(
                 continue
             if rel.type == "co_occurs" and s > t:
                 s, t = t, s  # undirected: one row per pair
-            edge_rows.setdefault((s, t, rel.type), []).append(
-                {"c": chunk_ids[c.diff_hash], "d": doc_id, "w": rel.strength, "x": rel.sentence}
-            )
+            per_chunk = edge_rows.setdefault((s, t, rel.type), {})
+            chunk = chunk_ids[c.diff_hash]
+            kept = per_chunk.get(chunk)
+            strength = rel.strength if kept is None else max(kept[1], rel.strength)
+            sentence = rel.sentence if kept is None else kept[2]
+            per_chunk[chunk] = (doc_id, strength, sentence)
     rel_ids = await _upsert_relationships(conn, sorted(edge_rows), changes)
-    evidence = [{**row, "r": rel_ids[edge]} for edge, rows in edge_rows.items() for row in rows]
-    if evidence:
-        await conn.execute(
-            text(
-                "INSERT INTO relationship_evidence (relationship_id, chunk_id, doc_id, strength,"
-                " sentence) VALUES (:r, :c, :d, :w, :x) ON CONFLICT (relationship_id, chunk_id)"
-                " DO UPDATE SET strength = GREATEST(relationship_evidence.strength,"
-                " EXCLUDED.strength)"
-            ),
-            evidence,
-        )
+    evidence = [
+        (rel_ids[edge], chunk, *row)
+        for edge, per_chunk in edge_rows.items()
+        for chunk, row in per_chunk.items()
+    ]
+    await insert_rows(conn, _EVIDENCE, evidence)
     touched_rels.update(rel_ids.values())
     return touched_entities, touched_rels
 
@@ -284,7 +310,7 @@ async def rebuild(
 async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, event_id: str) -> int:
     """Append every node/edge added, removed or changed to graph_changes; return the count."""
     rows = [
-        {"k": kind, "r": ref, "o": op, "d": doc_id, "e": event_id}
+        (kind, ref, op, doc_id, event_id)
         for kind, op, refs in (
             ("node", "add", changes.nodes_added),
             ("node", "remove", changes.nodes_removed),
@@ -295,14 +321,7 @@ async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, ev
         )
         for ref in sorted(refs)
     ]
-    if rows:
-        await conn.execute(
-            text(
-                "INSERT INTO graph_changes (kind, ref_id, op, doc_id, event_id)"
-                " VALUES (:k, :r, :o, :d, :e)"
-            ),
-            rows,
-        )
+    await insert_rows(conn, _CHANGES, rows)
     return len(rows)
 
 
@@ -328,14 +347,3 @@ async def _upsert_relationships(
         if r.inserted:
             changes.edges_added.add(int(r.id))
     return ids
-
-
-def _unique(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    seen: set[tuple[object, ...]] = set()
-    out = []
-    for row in rows:
-        marker = tuple(row.values())
-        if marker not in seen:
-            seen.add(marker)
-            out.append(row)
-    return out
