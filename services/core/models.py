@@ -42,7 +42,7 @@ def build_extractor(settings: Settings, client: openai.OpenAI | None) -> Extract
             concurrency=settings.llm_concurrency,
             gleanings=settings.extraction_gleanings,
         )
-    return SpacyExtractor()
+    return SpacyExtractor(relations=settings.spacy_relations)
 
 
 def _required(client: openai.OpenAI | None, what: str) -> openai.OpenAI:

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     extractor_backend: Literal["spacy", "openai"] = Field(
         default="spacy", description="Offline spaCy NER + dependency relations, or an LLM."
     )
+    spacy_relations: Literal["parse", "cooccurrence"] = Field(
+        default="parse",
+        description="spaCy relations: parse = dependency parse (subject-verb-object) plus "
+        "sentence co-occurrence; cooccurrence = no parser, ~1.7x faster extraction.",
+    )
     chunk_tokens: int = Field(
         default=180, ge=16, description="Chunk size in cl100k tokens (fits MiniLM's 256 pieces)."
     )

@@ -128,3 +128,27 @@ def test_line_breaks_end_entities_and_sentences(extractor: SpacyExtractor) -> No
     (result,) = extractor.extract(["Cotula\n\nCotula is a genus of plants. Marie Curie lived."])
     assert all("\n" not in e.name for e in result.entities)
     assert all("\n" not in e.sentence for e in result.entities)
+
+
+@pytest.fixture(scope="module")
+def cooccurrence() -> SpacyExtractor:
+    return SpacyExtractor(relations="cooccurrence")
+
+
+def test_cooccurrence_mode_skips_the_parser(cooccurrence: SpacyExtractor) -> None:
+    assert cooccurrence.name.endswith("+cooccurrence")
+    text = "Christopher Nolan directed Inception. Marie Curie lived in Paris."
+    ex = _one(cooccurrence, text)
+    _check_consistency(text, ex)
+    assert {"Christopher Nolan", "Marie Curie", "Paris"} <= {e.name for e in ex.entities}
+    assert ex.relations and all(r.type == CO_OCCURS for r in ex.relations)
+    # Sentences still come apart (the sentence recognizer), so Nolan and Curie are unrelated.
+    pairs = {frozenset((r.source, r.target)) for r in ex.relations}
+    assert frozenset(("Christopher Nolan", "Marie Curie")) not in pairs
+    assert frozenset(("Marie Curie", "Paris")) in pairs
+
+
+def test_cooccurrence_mode_keeps_line_breaks_as_boundaries(cooccurrence: SpacyExtractor) -> None:
+    (result,) = cooccurrence.extract(["Cotula\n\nCotula is a genus of plants. Marie Curie lived."])
+    assert all("\n" not in e.name for e in result.entities)
+    assert all("\n" not in e.sentence for e in result.entities)
