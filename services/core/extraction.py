@@ -91,12 +91,13 @@ SpacyRelations = Literal["parse", "cooccurrence"]
 class SpacyExtractor(Extractor):
     """spaCy NER + relations; loads the model once, offline.
 
-    ``relations="parse"`` runs the dependency parser for subject-verb-object relations (and
-    sentence boundaries) on top of co-occurrence; ``"cooccurrence"`` skips the parser (the
-    statistical sentence recognizer marks sentences instead) and relates entities only by
-    sharing a sentence: about 1.7x faster, fewer typed relations (docs/BENCHMARKS.md)."""
+    ``relations="cooccurrence"`` (the default) relates entities by sharing a sentence; the
+    parser, tagger and lemmatizer do not run (the statistical sentence recognizer marks
+    sentences). ``"parse"`` adds the dependency parser's subject-verb-object relations: 1.3x
+    slower extraction for ~3% typed relations that left retrieval unchanged on both dev
+    corpora (docs/BENCHMARKS.md, "Does the dependency parse earn its cost")."""
 
-    def __init__(self, batch_size: int = 32, relations: SpacyRelations = "parse") -> None:
+    def __init__(self, batch_size: int = 32, relations: SpacyRelations = "cooccurrence") -> None:
         # Loaded as an installed package: spacy.load("en_core_web_sm") would look for a
         # different name and spacy download would reach the network.
         module = importlib.import_module(SPACY_PACKAGE)
@@ -105,7 +106,7 @@ class SpacyExtractor(Extractor):
             self._nlp: Any = module.load()
             sentences = "parser"
         else:
-            self._nlp = module.load(exclude=["parser", "lemmatizer"])
+            self._nlp = module.load(exclude=["parser", "tagger", "attribute_ruler", "lemmatizer"])
             self._nlp.enable_pipe("senter")
             sentences = "senter"
         # A line break (e.g. between a title and its text) ends a sentence and an entity.
