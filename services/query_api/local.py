@@ -90,10 +90,26 @@ _MENTIONS = Filtered.of(
     "SELECT DISTINCT m.entity_id, m.chunk_id FROM mentions m JOIN documents d"  # noqa: S608 - DOC_VISIBLE is a constant
     " ON d.doc_id = m.doc_id WHERE m.entity_id = ANY(:e) AND " + DOC_VISIBLE,
 )
-_PASSAGE_ENTITIES = Filtered.of(
-    "SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:c)",
-    "SELECT DISTINCT m.entity_id FROM mentions m JOIN documents d ON d.doc_id = m.doc_id"  # noqa: S608 - DOC_VISIBLE is a constant
-    " WHERE m.chunk_id = ANY(:c) AND " + DOC_VISIBLE,
+# The bridge in one statement: the other entities of the first-hop passages (not known yet,
+# not hubs), rarest first while their mentions add up to at most :max links, and their
+# mentions. Done in SQL so the thousands of candidate ids and rows of a large corpus are
+# ranked where they are, not shipped to Python (issue 10, deliverable 4's profile).
+_BRIDGE = """
+SELECT DISTINCT m.entity_id, m.chunk_id FROM {outer} m.entity_id IN (
+  SELECT b.id FROM (
+    SELECT e.id, sum(e.mention_count) OVER (ORDER BY e.mention_count, e.id) AS links
+    FROM entities e
+    WHERE e.id IN (SELECT p.entity_id FROM {inner} p.chunk_id = ANY(:c))
+      AND e.id <> ALL(:known) AND e.mention_count <= :hub
+  ) b WHERE b.links <= :max)
+"""
+_VISIBLE_MENTIONS = "mentions {m} JOIN documents d ON d.doc_id = {m}.doc_id WHERE " + DOC_VISIBLE
+_BRIDGE_MENTIONS = Filtered.of(
+    _BRIDGE.format(outer="mentions m WHERE", inner="mentions p WHERE"),
+    _BRIDGE.format(
+        outer=_VISIBLE_MENTIONS.format(m="m") + " AND",
+        inner=_VISIBLE_MENTIONS.format(m="p") + " AND",
+    ),
 )
 _NAMES = text("SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)")
 _PAGERANK = text(
@@ -113,16 +129,17 @@ async def neighbourhood(
     entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
     first = await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, entities)], caller)
     # The bridge: other entities of those passages, rarest first, up to a bound of links.
-    passages = {"c": sorted({c for _, c in first})}
-    rows = await conn.execute(*_PASSAGE_ENTITIES.bind(caller, passages))
-    others = sorted({int(r[0]) for r in rows.all()} - set(entities))
-    bridge, links = [], 0
-    for entity, count in await _not_hubs(conn, others):
-        if links + count > MAX_BRIDGE_MENTIONS:
-            break
-        bridge.append(entity)
-        links += count
-    mentions = sorted(set(first) | set(await _mentions_of(conn, bridge, caller)))
+    bridge: list[tuple[int, int]] = []
+    if first:
+        values = {
+            "c": sorted({c for _, c in first}),
+            "known": entities,
+            "hub": HUB_MENTIONS,
+            "max": MAX_BRIDGE_MENTIONS,
+        }
+        rows = await conn.execute(*_BRIDGE_MENTIONS.bind(caller, values))
+        bridge = [(int(e), int(c)) for e, c in rows.all()]
+    mentions = sorted(set(first) | set(bridge))
     names, counts = await _names(conn, entities, caller)
     return LocalGraph(names, counts, relations, mentions)
 
