@@ -49,11 +49,14 @@ def main() -> None:
     from services.core.chunking import Chunker
     from services.core.embedding import OnnxMiniLmEmbedder
     from services.core.extraction import CO_OCCURS, SpacyExtractor
+    from services.core.settings import Settings
 
     t0 = time.perf_counter()
     chunker = Chunker(args.chunk_tokens, args.overlap)
     embedder = OnnxMiniLmEmbedder(batch_size=16)
-    extractor = SpacyExtractor()
+    # The relations the indexer runs with (KGSTREAM_SPACY_RELATIONS), so the ratio compares like
+    # with like.
+    extractor = SpacyExtractor(relations=Settings().spacy_relations)
     # Warm both models so one-off initialisation is not billed to throughput.
     embedder.embed(["warm up"])
     extractor.extract(["Warm up in Paris."])
