@@ -127,16 +127,23 @@ async def load_previous(conn: AsyncConnection) -> PreviousReports | None:
     snapshot_id = await conn.scalar(text("SELECT id FROM snapshots WHERE status = 'published'"))
     if snapshot_id is None:
         return None
-    rows = (
+    # One row of arrays (one sort serves every aggregate), not a Python row per community.
+    packed = (
         await conn.execute(
             text(
-                "SELECT id, level, size, coalesce(parent_id, -1) AS parent_id, fingerprint,"
-                " title, summary, coalesce(report->>'writer', '') AS writer"
-                " FROM communities WHERE snapshot_id = :s ORDER BY id"
+                "SELECT array_agg(id ORDER BY id), array_agg(level ORDER BY id),"
+                " array_agg(size ORDER BY id), array_agg(coalesce(parent_id, -1) ORDER BY id),"
+                " array_agg(fingerprint ORDER BY id), array_agg(title ORDER BY id),"
+                " array_agg(summary ORDER BY id),"
+                " array_agg(coalesce(report->>'writer', '') ORDER BY id)"
+                " FROM communities WHERE snapshot_id = :s"
             ),
             {"s": snapshot_id},
         )
-    ).all()
+    ).one()
+    ids, levels, sizes, parents, prints, titles, summaries, writers = (
+        column or [] for column in packed
+    )
     members = await copy_fixed(
         conn,
         "COPY (SELECT community_id, entity_id FROM community_members"  # noqa: S608 - COPY binds nothing; snapshot_id is an int
@@ -146,13 +153,16 @@ async def load_previous(conn: AsyncConnection) -> PreviousReports | None:
     structure = PreviousSnapshot(
         member_community=members["community"].astype(np.int64),
         member_entity=members["entity"].astype(np.int64),
-        community_ids=np.array([r.id for r in rows], dtype=np.int64),
-        community_levels=np.array([r.level for r in rows], dtype=np.int64),
-        community_sizes=np.array([r.size for r in rows], dtype=np.int64),
-        community_parents=np.array([r.parent_id for r in rows], dtype=np.int64),
-        community_fingerprints=[r.fingerprint for r in rows],
+        community_ids=np.array(ids, dtype=np.int64),
+        community_levels=np.array(levels, dtype=np.int64),
+        community_sizes=np.array(sizes, dtype=np.int64),
+        community_parents=np.array(parents, dtype=np.int64),
+        community_fingerprints=list(prints),
     )
-    reports = {r.fingerprint: (r.title, r.summary, r.writer) for r in rows}
+    reports = {
+        fp: (title, summary, writer)
+        for fp, title, summary, writer in zip(prints, titles, summaries, writers, strict=True)
+    }
     return PreviousReports(int(snapshot_id), structure, reports)
 
 
