@@ -155,21 +155,15 @@ async def prune(engine: AsyncEngine, keep: int) -> int:
     safe live. Rows of a snapshot that is being written cannot be orphaned: the writer holds
     its 'building' row locked, and a 'building' row is never pruned."""
     async with engine.begin() as conn:
-        dropped = (
-            (
-                await conn.execute(
-                    text(
-                        "DELETE FROM snapshots WHERE status IN ('retired', 'failed') AND id NOT IN"
-                        " (SELECT id FROM snapshots WHERE status IN ('published', 'retired')"
-                        "  ORDER BY id DESC LIMIT :keep) RETURNING id"
-                    ),
-                    {"keep": keep},
-                )
-            )
-            .scalars()
-            .all()
+        result = await conn.execute(
+            text(
+                "DELETE FROM snapshots WHERE status IN ('retired', 'failed') AND id NOT IN"
+                " (SELECT id FROM snapshots WHERE status IN ('published', 'retired')"
+                "  ORDER BY id DESC LIMIT :keep) RETURNING id"
+            ),
+            {"keep": keep},
         )
-        ids = [int(i) for i in dropped]
+        ids = [int(i) for i in result.scalars()]
         if ids:
             for table in SNAPSHOT_TABLES:
                 await conn.execute(
