@@ -28,8 +28,7 @@ class Fingerprinter:
         edges["dst"] = graph.node_ids[graph.rel_dst]
         edges["weight"] = graph.rel_weight
         edges["digest"] = graph.rel_digests
-        words = edges["digest"].copy().view("<u8").reshape(-1, 2)
-        order = np.lexsort((words[:, 1], words[:, 0], edges["weight"], edges["dst"], edges["src"]))
+        order = edge_order(graph.n, graph.rel_src, graph.rel_dst, edges)
         self.edges = edges[order]
         self.edge_src = graph.rel_src[order]
         self.edge_dst = graph.rel_dst[order]
@@ -56,6 +55,26 @@ class Fingerprinter:
             h.update(edge_bytes[edge_bounds[c] * e_size : edge_bounds[c + 1] * e_size])
             out.append(h.hexdigest())
         return out
+
+
+def edge_order(n: int, src: I64, dst: I64, edges: np.ndarray) -> I64:
+    """The order of ``edges`` by (src, dst, weight, digest), ties by position: one int64
+    argsort of the endpoint pair (node indices follow id order), then a full lexsort of only
+    the rows that share an endpoint pair with another (several types between two entities)."""
+    key = src.astype(np.int64) * max(n, 1) + dst
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    same = ordered[1:] == ordered[:-1]
+    if not same.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[1:] |= same
+    tied[:-1] |= same
+    at = np.flatnonzero(tied)
+    rows = order[at]
+    words = edges["digest"][rows].copy().view("<u8").reshape(-1, 2)
+    order[at] = rows[np.lexsort((words[:, 1], words[:, 0], edges["weight"][rows], key[rows]))]
+    return order
 
 
 def level_fingerprints(graph: Graph, labels: I64, count: int) -> list[str]:

@@ -113,9 +113,11 @@ def _observe(
 async def _build(deps: RecomputeDeps, snapshot_id: int, clock: _Clock) -> snapshots.Published:
     async with loader.graph_snapshot(deps.engine) as (conn, watermark):
         rows = await loader.load_graph_rows(conn)
+        clock.lap("load.graph_s")
         previous = await loader.load_previous(conn)
         next_id = await loader.next_community_id(conn)
-        clock.lap("load_s")
+        clock.lap("load.previous_s")
+        clock.timings["load_s"] = clock.timings["load.graph_s"] + clock.timings["load.previous_s"]
         structure = await asyncio.get_running_loop().run_in_executor(
             deps.executor,
             compute_structure,

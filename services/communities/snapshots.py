@@ -144,19 +144,33 @@ async def fail(engine: AsyncEngine, snapshot_id: int) -> None:
         )
 
 
+# A snapshot's rows, deleted with it (no foreign keys since migration 0009: the writer keeps
+# them consistent, see services/communities/writer.py).
+SNAPSHOT_TABLES = ("community_members", "snapshot_entities", "communities")
+
+
 async def prune(engine: AsyncEngine, keep: int) -> int:
-    """Keep the newest ``keep`` published/retired snapshots; drop older ones and failed ones.
-    Readers still inside an older snapshot keep seeing it (MVCC), so this is safe live."""
+    """Keep the newest ``keep`` published/retired snapshots; drop older ones and failed ones
+    with their rows. Readers still inside an older snapshot keep seeing it (MVCC), so this is
+    safe live. Rows of a snapshot that is being written cannot be orphaned: the writer holds
+    its 'building' row locked, and a 'building' row is never pruned."""
     async with engine.begin() as conn:
         result = await conn.execute(
             text(
                 "DELETE FROM snapshots WHERE status IN ('retired', 'failed') AND id NOT IN"
                 " (SELECT id FROM snapshots WHERE status IN ('published', 'retired')"
-                "  ORDER BY id DESC LIMIT :keep)"
+                "  ORDER BY id DESC LIMIT :keep) RETURNING id"
             ),
             {"keep": keep},
         )
-    return int(result.rowcount or 0)
+        ids = [int(i) for i in result.scalars()]
+        if ids:
+            for table in SNAPSHOT_TABLES:
+                await conn.execute(
+                    text(f"DELETE FROM {table} WHERE snapshot_id = ANY(:ids)"),  # noqa: S608 - table names are constants
+                    {"ids": ids},
+                )
+    return len(ids)
 
 
 def kafka_announcer(producer: Any, topic: str, timeout_s: float = 30.0) -> Announcer:

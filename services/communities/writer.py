@@ -1,6 +1,12 @@
 """Writing a snapshot's rows to the side (the snapshot is still 'building', no reader looks at
 it): communities with their reports, memberships and per-entity PageRank and community ids,
-all with COPY; memberships and entities as binary COPY built with numpy, not per-row Python."""
+all with COPY; memberships and entities as binary COPY built with numpy, not per-row Python.
+
+These tables have no foreign keys (migration 0009: checking ~840k memberships one by one was
+most of the write at 1M edges). Instead the structure is checked as a whole before writing
+(services/communities/integrity.py), all rows go in one transaction (a crash leaves none),
+and that transaction holds the snapshot row locked while it is still 'building': a takeover
+cannot mark it failed and pruning cannot delete it under the writer, so no row is orphaned."""
 
 from __future__ import annotations
 
@@ -10,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 from psycopg.types.json import Jsonb
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.communities.integrity import check_structure
 from services.communities.loader import psycopg_connection
 from services.communities.structure import Structure
 from services.communities.summaries import Written
@@ -32,7 +39,9 @@ async def write_rows(
     """All rows of the snapshot in one transaction. ``reuse_from`` = (published snapshot id,
     writer name): communities without a new report copy the report, rating and embedding of
     the published community with the same fingerprint and writer."""
+    check_structure(structure)
     async with engine.begin() as conn:
+        await lock_building(conn, snapshot_id)
         driver = await psycopg_connection(conn)
         async with driver.cursor() as cur:
             async with cur.copy(
@@ -82,6 +91,17 @@ async def write_rows(
                 ),
                 {"old": reuse_from[0], "writer": reuse_from[1], "new": snapshot_id},
             )
+
+
+async def lock_building(conn: AsyncConnection, snapshot_id: int) -> None:
+    """Hold the snapshot row until the transaction ends; raise if it is no longer 'building'
+    (another worker took over and marked it failed, or it is gone)."""
+    found = await conn.scalar(
+        text("SELECT id FROM snapshots WHERE id = :id AND status = 'building' FOR SHARE"),
+        {"id": snapshot_id},
+    )
+    if found is None:
+        raise RuntimeError(f"snapshot {snapshot_id} is no longer 'building'; rows not written")
 
 
 def members_copy(snapshot_id: int, structure: Structure) -> bytes:

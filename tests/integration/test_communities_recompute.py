@@ -386,3 +386,92 @@ async def test_failed_build_leaves_the_published_snapshot(community_deps: Recomp
         community_deps, "SELECT string_agg(status, ',' ORDER BY id) FROM snapshots"
     )
     assert statuses == "published,failed"
+
+
+ORPHANS = (
+    "SELECT (SELECT count(*) FROM communities c"
+    "        WHERE NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.id = c.snapshot_id))"
+    " + (SELECT count(*) FROM snapshot_entities e"
+    "        WHERE NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.id = e.snapshot_id))"
+    " + (SELECT count(*) FROM community_members m WHERE NOT EXISTS (SELECT 1 FROM communities c"
+    "        WHERE c.snapshot_id = m.snapshot_id AND c.id = m.community_id))"
+)
+
+
+async def rows_of(deps: RecomputeDeps, snapshot_id: int) -> list[int]:
+    return [
+        await scalar(deps, f"SELECT count(*) FROM {table} WHERE snapshot_id = :s", s=snapshot_id)  # noqa: S608 - constant table names
+        for table in ("communities", "community_members", "snapshot_entities")
+    ]
+
+
+async def test_pruning_deletes_the_rows_of_dropped_and_failed_snapshots(
+    community_deps: RecomputeDeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.communities import snapshots
+
+    deps = dataclasses.replace(community_deps, writer=None, embedder=None, keep=1)
+    first = await run_now(deps)
+    assert first is not None
+    assert all(await rows_of(deps, first.snapshot.id))
+    real_publish = snapshots.publish
+
+    async def publish_fails(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("publish interrupted")
+
+    # Rows written, then the publish fails: a 'failed' snapshot with all its rows.
+    monkeypatch.setattr(snapshots, "publish", publish_fails)
+    with pytest.raises(RuntimeError, match="publish interrupted"):
+        await run_now(deps)
+    failed = await scalar(deps, "SELECT id FROM snapshots WHERE status = 'failed'")
+    assert all(await rows_of(deps, failed))
+    monkeypatch.setattr(snapshots, "publish", real_publish)
+    last = await run_now(deps)
+    assert last is not None
+    assert await scalar(deps, "SELECT string_agg(status, ',') FROM snapshots") == "published"
+    assert await rows_of(deps, first.snapshot.id) == [0, 0, 0]
+    assert await rows_of(deps, failed) == [0, 0, 0]
+    assert all(await rows_of(deps, last.snapshot.id))
+    assert await scalar(deps, ORPHANS) == 0
+
+
+async def test_a_crash_mid_write_leaves_no_rows(
+    community_deps: RecomputeDeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.communities import writer
+
+    deps = dataclasses.replace(community_deps, writer=None, embedder=None)
+
+    def crash(*args: Any) -> bytes:  # communities and members are already sent
+        raise RuntimeError("crash mid-write")
+
+    monkeypatch.setattr(writer, "entities_copy", crash)
+    with pytest.raises(RuntimeError, match="crash mid-write"):
+        await run_now(deps)
+    failed = await scalar(deps, "SELECT id FROM snapshots WHERE status = 'failed'")
+    assert failed is not None
+    assert await rows_of(deps, failed) == [0, 0, 0]
+
+
+async def test_rows_are_not_written_for_a_snapshot_no_longer_building(
+    community_deps: RecomputeDeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.communities import writer
+
+    deps = dataclasses.replace(community_deps, writer=None, embedder=None)
+    real_write = writer.write_rows
+
+    async def taken_over(engine: Any, snapshot_id: int, *args: Any) -> None:
+        # Another worker found the row 'building' and marked it failed before the write.
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE snapshots SET status = 'failed' WHERE id = :s"), {"s": snapshot_id}
+            )
+        await real_write(engine, snapshot_id, *args)
+
+    monkeypatch.setattr("services.communities.recompute.write_rows", taken_over)
+    with pytest.raises(RuntimeError, match="no longer 'building'"):
+        await run_now(deps)
+    failed = await scalar(deps, "SELECT id FROM snapshots WHERE status = 'failed'")
+    assert await rows_of(deps, failed) == [0, 0, 0]
+    assert await scalar(deps, "SELECT count(*) FROM snapshots WHERE status = 'published'") == 0

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from services.communities.fingerprint import level_fingerprints
+from services.communities.fingerprint import _EDGE, edge_order, level_fingerprints
 from services.communities.graph import GraphRows, build_graph
 from tests.unit.test_communities_leiden import planted, shuffled
 
@@ -70,3 +70,20 @@ def test_membership_changes_the_fingerprint_and_equal_facts_give_equal_prints() 
     assert a[1] != b[1]
     assert a[2] == b[2]
     assert level_fingerprints(graph, LABELS, 3) == a
+
+
+def test_edge_order_is_the_full_lexicographic_order() -> None:
+    # Few endpoint pairs, weights and digests: many partial and complete ties.
+    rng = np.random.default_rng(3)
+    m, n = 2000, 6
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    edges = np.empty(m, dtype=_EDGE)
+    edges["src"], edges["dst"] = src * 10, dst * 10
+    edges["weight"] = rng.integers(1, 3, m).astype(np.float64)
+    two = np.frombuffer(b"a" * 16 + b"b" * 16, dtype="V16")
+    edges["digest"] = two[rng.integers(0, 2, m)]
+    words = edges["digest"].copy().view("<u8").reshape(-1, 2)
+    full = np.lexsort((words[:, 1], words[:, 0], edges["weight"], edges["dst"], edges["src"]))
+    assert edge_order(n, src, dst, edges).tolist() == full.tolist()
+    distinct = np.arange(m, dtype=np.int64)  # no ties: the argsort alone
+    assert edge_order(m, distinct, distinct[::-1].copy(), edges).tolist() == distinct.tolist()
