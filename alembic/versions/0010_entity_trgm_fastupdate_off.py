@@ -8,7 +8,7 @@ indexer's statement time (16 ms per document; docs/BENCHMARKS.md, issue 10 deliv
 Off, each insert updates the index at once and searches stay index-bound.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-23
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
