@@ -199,6 +199,8 @@ _INSERT = text(
 # communities' RECOMPUTE_LOCK_KEY ("kgcomm").
 ENTITY_CREATE_LOCK_KEY = 0x6B67656E74  # "kgent"
 _CREATE_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
+# Entity rows are locked in id order by every writer (here and in graph_writer.rebuild).
+LOCK_ENTITIES = text("SELECT id FROM entities WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")
 # A wildcard entity (say, a title) that meets a typed mention takes the type, unless an entity
 # of that key and type exists already.
 _NARROW = text(
@@ -237,6 +239,7 @@ async def resolve_entities(
         narrow |= await _exact(conn, surfaces, unresolved, out)
     if narrow:
         ids = sorted(narrow)
+        await conn.execute(LOCK_ENTITIES, {"ids": ids})
         await conn.execute(_NARROW, {"ids": ids, "groups": [narrow[i] for i in ids]})
     unresolved = [k for k in keys if k not in out.ids]
     out.ids.update(await _similar(conn, surfaces, unresolved, resolution))
