@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from kafka import KafkaProducer
 from sqlalchemy import create_engine, text
@@ -223,8 +223,42 @@ def postgres_pss_kib(postmaster: int) -> int:
     return sum(_pss_kib(pid) for pid in [postmaster, *_children(postmaster)])
 
 
+class Sampling:
+    """Calls ``sample()`` every ``interval`` s on a thread, from ``with`` entry to exit, then
+    ``close()``."""
+
+    interval: float
+    _stop: threading.Event
+    _thread: threading.Thread
+
+    def __enter__(self) -> Self:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.sample()
+                self._stop.wait(self.interval)
+        finally:
+            self.close()
+
+    def sample(self) -> None:
+        """Take one sample."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what sampling held (nothing by default)."""
+
+
 @dataclass
-class MemorySampler:
+class MemorySampler(Sampling):
     """Samples, every ``interval`` s on a thread: the indexer's VmRSS, PostgreSQL's PSS (all
     its processes) and the broker's VmRSS, in MiB."""
 
@@ -233,27 +267,14 @@ class MemorySampler:
     broker: int | None
     interval: float = 1.0
     samples: list[tuple[float, float, float, float]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _t0: float = field(default_factory=time.perf_counter)
 
-    def __enter__(self) -> MemorySampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
-        t0 = time.perf_counter()
-        while not self._stop.is_set():
-            indexer = _status_kib(self.indexer, "VmRSS") / 1024
-            pg = postgres_pss_kib(self.postmaster) / 1024 if self.postmaster else 0.0
-            broker = _status_kib(self.broker, "VmRSS") / 1024 if self.broker else 0.0
-            self.samples.append((time.perf_counter() - t0, indexer, pg, broker))
-            self._stop.wait(self.interval)
+    def sample(self) -> None:
+        """The three processes' memory now."""
+        indexer = _status_kib(self.indexer, "VmRSS") / 1024
+        pg = postgres_pss_kib(self.postmaster) / 1024 if self.postmaster else 0.0
+        broker = _status_kib(self.broker, "VmRSS") / 1024 if self.broker else 0.0
+        self.samples.append((time.perf_counter() - self._t0, indexer, pg, broker))
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per process: the value at the start, at 25% of the run, at the end, and the peak;

@@ -22,19 +22,19 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _scale_harness import (  # noqa: E402
+    Sampling,
     cpu_seconds,
     indexer_stack,
     postgres_cpu_seconds,
@@ -51,7 +51,7 @@ _ACTIVITY = text(
 
 
 @dataclass
-class LockSampler:
+class LockSampler(Sampling):
     """Samples pg_stat_activity every ``interval`` s on a thread."""
 
     url: str
@@ -60,34 +60,24 @@ class LockSampler:
     with_lock_wait: int = 0
     active: int = 0
     waiting: Counter[str] = field(default_factory=Counter)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _engine: Engine | None = None
 
-    def __enter__(self) -> LockSampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
+    def sample(self) -> None:
+        """The client backends' states and wait events now."""
+        if self._engine is None:
+            self._engine = create_engine(self.url, pool_size=1)
+        with self._engine.connect() as conn:
+            rows = conn.execute(_ACTIVITY).all()
+        locked = [r for r in rows if r.wait_event_type == "Lock"]
+        self.samples += 1
+        self.with_lock_wait += bool(locked)
+        self.active += sum(r.state == "active" for r in rows)
+        self.waiting.update(f"Lock:{r.wait_event}" for r in locked)
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
-        engine = create_engine(self.url)
-        try:
-            with engine.connect() as conn:
-                while not self._stop.is_set():
-                    rows = conn.execute(_ACTIVITY).all()
-                    conn.commit()
-                    locked = [r for r in rows if r.wait_event_type == "Lock"]
-                    self.samples += 1
-                    self.with_lock_wait += bool(locked)
-                    self.active += sum(r.state == "active" for r in rows)
-                    self.waiting.update(f"Lock:{r.wait_event}" for r in locked)
-                    self._stop.wait(self.interval)
-        finally:
-            engine.dispose()
+    def close(self) -> None:
+        """Close the sampling connection."""
+        if self._engine is not None:
+            self._engine.dispose()
 
     def summary(self) -> dict[str, Any]:
         """Fractions of samples and of active backend samples waiting on a lock."""
