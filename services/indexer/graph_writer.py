@@ -16,10 +16,10 @@ from services.core.errors import StaleComputeError
 from services.core.extraction import Extraction
 from services.core.normalize import entity_key
 from services.indexer.resolution import (
-    LOCK_ENTITIES,
     Resolution,
     document_surfaces,
     resolve_entities,
+    retype_entities,
     with_title,
 )
 
@@ -88,6 +88,8 @@ class ChangeSet:
     edges_added: set[int] = field(default_factory=set)
     edges_removed: set[int] = field(default_factory=set)
     edges_changed: set[int] = field(default_factory=set)
+    # Wildcard entities a typed mention narrows (id -> type group), written by rebuild().
+    retype: dict[int, str] = field(default_factory=dict)
 
 
 async def remove_chunks(
@@ -165,6 +167,7 @@ async def add_chunks(
     surfaces = document_surfaces(mentioned, resolution.canonical)
     resolved = await resolve_entities(conn, surfaces, resolution)
     changes.nodes_added |= resolved.added
+    changes.retype.update(resolved.retype)
     ids = resolved.ids
 
     def entity_id(name: str) -> int | None:
@@ -235,16 +238,20 @@ async def rebuild(
     event allows. Every writer that added or removed evidence of a row rebuilds that row, and
     locks it first, in id order (relationships, then entities): no two writers deadlock here,
     and the aggregates, read by the statements that follow the lock, see the evidence of every
-    writer that held the lock before (none of their updates is lost)."""
+    writer that held the lock before (none of their updates is lost). A row left without
+    evidence is deleted unless another writer holds a key-share lock on it: that writer is
+    adding evidence to it (a mention, an edge, an alias) and rebuilds it after this commit;
+    waiting for it here would deadlock on the lock just taken."""
     rels = sorted(set(rel_ids))
-    ents = sorted(set(entity_ids))
+    ents = sorted(set(entity_ids) | changes.retype.keys())
     if rels:
         await conn.execute(_LOCK_RELATIONSHIPS, {"ids": rels})
         gone = await conn.execute(
             text(
-                "DELETE FROM relationships r WHERE r.id = ANY(:ids) AND NOT EXISTS"
-                " (SELECT 1 FROM relationship_evidence v WHERE v.relationship_id = r.id)"
-                " RETURNING r.id"
+                "DELETE FROM relationships WHERE id IN (SELECT r.id FROM relationships r"
+                " WHERE r.id = ANY(:ids) AND NOT EXISTS"
+                "  (SELECT 1 FROM relationship_evidence v WHERE v.relationship_id = r.id)"
+                " ORDER BY r.id FOR UPDATE SKIP LOCKED) RETURNING id"
             ),
             {"ids": rels},
         )
@@ -263,12 +270,14 @@ async def rebuild(
         )
         changes.edges_changed |= set(rels) - removed - changes.edges_added
     if ents:
-        await conn.execute(LOCK_ENTITIES, {"ids": ents})
+        await conn.execute(_LOCK_ENTITIES, {"ids": ents})
+        await retype_entities(conn, changes.retype)
         # An entity with no mentions has no evidence left for any of its edges either.
         orphans = await conn.execute(
             text(
                 "SELECT e.id FROM entities e WHERE e.id = ANY(:ids) AND NOT EXISTS"
                 " (SELECT 1 FROM mentions m WHERE m.entity_id = e.id)"
+                " ORDER BY e.id FOR UPDATE OF e SKIP LOCKED"
             ),
             {"ids": ents},
         )
@@ -342,6 +351,7 @@ async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, ev
 _LOCK_RELATIONSHIPS = text(
     "SELECT id FROM relationships WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE"
 )
+_LOCK_ENTITIES = text("SELECT id FROM entities WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")
 _INSERT_RELATIONSHIPS = text(
     "INSERT INTO relationships (source_id, target_id, type)"
     " SELECT s, t, y FROM unnest(CAST(:s AS bigint[]), CAST(:t AS bigint[]),"

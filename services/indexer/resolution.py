@@ -199,10 +199,15 @@ _INSERT = text(
 # communities' RECOMPUTE_LOCK_KEY ("kgcomm").
 ENTITY_CREATE_LOCK_KEY = 0x6B67656E74  # "kgent"
 _CREATE_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
-# Entity rows are locked in id order by every writer (here and in graph_writer.rebuild).
-LOCK_ENTITIES = text("SELECT id FROM entities WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")
 # A wildcard entity (say, a title) that meets a typed mention takes the type, unless an entity
-# of that key and type exists already.
+# of that key and type exists already. Decided during resolution (the rest of it sees the new
+# type), written by graph_writer.rebuild under its ordered row locks: an early update would
+# hold the row from here to commit, out of order.
+_NARROWABLE = text(
+    "SELECT u.i, u.g FROM unnest(CAST(:ids AS bigint[]), CAST(:groups AS text[])) AS u(i, g)"
+    " JOIN entities e ON e.id = u.i WHERE NOT EXISTS"
+    " (SELECT 1 FROM entities o WHERE o.key = e.key AND o.type_group = u.g)"
+)
 _NARROW = text(
     "UPDATE entities e SET type_group = u.g FROM unnest(CAST(:ids AS bigint[]),"
     " CAST(:groups AS text[])) AS u(i, g) WHERE e.id = u.i AND NOT EXISTS"
@@ -212,10 +217,12 @@ _NARROW = text(
 
 @dataclass
 class Resolved:
-    """Entity id per surface key, and which of them this call created."""
+    """Entity id per surface key, which of them this call created, and the wildcard entities
+    to retype (id -> type group; ``retype_entities`` writes them)."""
 
     ids: dict[str, int]
     added: set[int]
+    retype: dict[int, str] = field(default_factory=dict)
 
 
 async def resolve_entities(
@@ -239,10 +246,10 @@ async def resolve_entities(
         narrow |= await _exact(conn, surfaces, unresolved, out)
     if narrow:
         ids = sorted(narrow)
-        await conn.execute(LOCK_ENTITIES, {"ids": ids})
-        await conn.execute(_NARROW, {"ids": ids, "groups": [narrow[i] for i in ids]})
+        rows = await conn.execute(_NARROWABLE, {"ids": ids, "groups": [narrow[i] for i in ids]})
+        out.retype = {int(r.i): str(r.g) for r in rows.all()}
     unresolved = [k for k in keys if k not in out.ids]
-    out.ids.update(await _similar(conn, surfaces, unresolved, resolution))
+    out.ids.update(await _similar(conn, surfaces, unresolved, resolution, out.retype))
     new = [k for k in unresolved if k not in out.ids]
     if new:
         vecs = [resolution.name_embeddings.get(k) for k in new]
@@ -285,11 +292,19 @@ async def _exact(
     return narrow
 
 
+async def retype_entities(conn: AsyncConnection, retype: Mapping[int, str]) -> None:
+    """Write the type groups resolution decided (the caller holds the rows' locks)."""
+    if retype:
+        ids = sorted(retype)
+        await conn.execute(_NARROW, {"ids": ids, "groups": [retype[i] for i in ids]})
+
+
 async def _similar(
     conn: AsyncConnection,
     surfaces: Mapping[str, Surface],
     keys: Sequence[str],
     resolution: Resolution,
+    retyped: Mapping[int, str],
 ) -> dict[str, int]:
     """Trigram candidates confirmed by name-embedding similarity; None-safe, order-stable.
     Ambiguous candidates take the adjudicator's answer given before the transaction; one it
@@ -297,7 +312,7 @@ async def _similar(
     found: dict[str, int] = {}
     decisions = resolution.decisions
     for key, entity_id, _, verdict in await similar_candidates(
-        conn, surfaces, keys, resolution.name_embeddings, resolution.config
+        conn, surfaces, keys, resolution.name_embeddings, resolution.config, retyped=retyped
     ):
         if key in found:
             continue
@@ -319,10 +334,14 @@ async def similar_candidates(
     keys: Sequence[str],
     name_embeddings: Mapping[str, Sequence[float]],
     config: ResolverConfig,
+    *,
+    retyped: Mapping[int, str] | None = None,
 ) -> list[tuple[str, int, str, Verdict]]:
     """(surface key, entity id, entity name, merge | ask) for every candidate worth merging,
     best first per key; "ask" only when an adjudicator is configured (else the ambiguous band
-    stays apart)."""
+    stays apart). ``retyped``: type groups this transaction gives entities but has not written
+    yet."""
+    retyped = retyped or {}
     asks = [k for k in keys if k in name_embeddings and len(k) >= 4]
     if not asks:
         return []
@@ -337,12 +356,13 @@ async def similar_candidates(
     out: list[tuple[str, int, str, Verdict]] = []
     for r in rows.all():
         surface = surfaces[r.key]
-        if not compatible(r.type_group, surface.group):
+        group = retyped.get(int(r.id), r.type_group)
+        if not compatible(group, surface.group):
             continue
-        if r.sim < config.trigram_threshold and not same_person(surface, r.name, r.type_group):
+        if r.sim < config.trigram_threshold and not same_person(surface, r.name, group):
             continue
         if r.cos >= config.embedding_threshold or (
-            r.cos >= config.ambiguous_floor and same_person(surface, r.name, r.type_group)
+            r.cos >= config.ambiguous_floor and same_person(surface, r.name, group)
         ):
             out.append((r.key, int(r.id), str(r.name), "merge"))
         elif r.cos >= config.ambiguous_floor and config.adjudicate is not None:
