@@ -208,6 +208,7 @@ _NARROWABLE = text(
     " JOIN entities e ON e.id = u.i WHERE NOT EXISTS"
     " (SELECT 1 FROM entities o WHERE o.key = e.key AND o.type_group = u.g)"
 )
+_HOLD = text("SELECT id FROM entities WHERE id = ANY(:ids) ORDER BY id FOR KEY SHARE")
 _NARROW = text(
     "UPDATE entities e SET type_group = u.g FROM unnest(CAST(:ids AS bigint[]),"
     " CAST(:groups AS text[])) AS u(i, g) WHERE e.id = u.i AND NOT EXISTS"
@@ -250,6 +251,7 @@ async def resolve_entities(
         out.retype = {int(r.i): str(r.g) for r in rows.all()}
     unresolved = [k for k in keys if k not in out.ids]
     out.ids.update(await _similar(conn, surfaces, unresolved, resolution, out.retype))
+    await _hold(conn, set(out.ids.values()))
     new = [k for k in unresolved if k not in out.ids]
     if new:
         vecs = [resolution.name_embeddings.get(k) for k in new]
@@ -267,6 +269,19 @@ async def resolve_entities(
             if r.inserted:
                 out.added.add(int(r.id))
     return out
+
+
+async def _hold(conn: AsyncConnection, entity_ids: set[int]) -> None:
+    """Key-share lock the entities this document resolved to, so none is deleted before its
+    mentions are in (a writer that removed an entity's last mention skips locked ones); one
+    deleted since it was read means the plan is stale: StaleComputeError, and it recomputes."""
+    if not entity_ids:
+        return
+    ids = sorted(entity_ids)
+    held = await conn.execute(_HOLD, {"ids": ids})
+    gone = set(ids) - {int(r[0]) for r in held.all()}
+    if gone:
+        raise StaleComputeError(f"entities {sorted(gone)} were deleted since they were resolved")
 
 
 async def _exact(
