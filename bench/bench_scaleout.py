@@ -43,6 +43,13 @@ from _scale_harness import (  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events_full.jsonl"
 QUICK_EVENTS = 100
+# The entity-creation lock (services/indexer/resolution.py, a transaction-scoped advisory lock):
+# the share of samples in which some transaction holds it is the utilisation of the one
+# serial section of the write path.
+_CREATION_LOCK_HELD = text(
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 _ACTIVITY = text(
     "SELECT state, wait_event_type, wait_event FROM pg_stat_activity"
     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -60,6 +67,7 @@ class LockSampler(Sampling):
     with_lock_wait: int = 0
     active: int = 0
     waiting: Counter[str] = field(default_factory=Counter)
+    creation_lock_held: int = 0
     _engine: Engine | None = None
 
     def sample(self) -> None:
@@ -68,6 +76,7 @@ class LockSampler(Sampling):
             self._engine = create_engine(self.url, pool_size=1)
         with self._engine.connect() as conn:
             rows = conn.execute(_ACTIVITY).all()
+            self.creation_lock_held += bool(conn.scalar(_CREATION_LOCK_HELD))
         locked = [r for r in rows if r.wait_event_type == "Lock"]
         self.samples += 1
         self.with_lock_wait += bool(locked)
@@ -86,6 +95,7 @@ class LockSampler(Sampling):
             "samples": self.samples,
             "samples_with_lock_wait": round(self.with_lock_wait / max(1, self.samples), 3),
             "active_backends_waiting_on_lock": round(waits / max(1, self.active), 3),
+            "creation_lock_held": round(self.creation_lock_held / max(1, self.samples), 3),
             "by_wait_event": dict(self.waiting.most_common()),
         }
 
