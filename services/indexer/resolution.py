@@ -8,6 +8,7 @@ merge."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -194,11 +195,16 @@ _INSERT = text(
     " ON CONFLICT (key, type_group) DO UPDATE SET updated_at = now()"
     " RETURNING id, key, (xmax = 0) AS inserted"
 )
-# Held from entity creation to commit (transaction-scoped): concurrent indexers create entities
-# one at a time, so near-duplicate names resolve as they would in one indexer. Distinct from the
-# communities' RECOMPUTE_LOCK_KEY ("kgcomm").
-ENTITY_CREATE_LOCK_KEY = 0x6B67656E74  # "kgent"
-_CREATE_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
+# Held from entity creation to commit (transaction-scoped), one per name key: writers creating
+# or retyping an entity of the same key (or a short form of it) go one at a time, so the second
+# sees the first's entity and merges into it; writers creating different names do not wait for
+# each other. Two-key advisory locks in their own namespace (the communities' RECOMPUTE_LOCK_KEY
+# is a one-key lock); taken in hash order, so two writers never wait for each other's.
+ENTITY_KEY_LOCK_SPACE = 0x6B67  # "kg"
+_KEY_LOCKS = text(
+    "SELECT pg_advisory_xact_lock(:space, h) FROM unnest(CAST(:hashes AS int[]))"
+    " WITH ORDINALITY AS u(h, i) ORDER BY i"
+)
 # A wildcard entity (say, a title) that meets a typed mention takes the type, unless an entity
 # of that key and type exists already. Decided during resolution (the rest of it sees the new
 # type), written by graph_writer.rebuild under its ordered row locks: an early update would
@@ -240,10 +246,11 @@ async def resolve_entities(
     narrow = await _exact(conn, surfaces, keys, out)
     unresolved = [k for k in keys if k not in out.ids]
     if unresolved or narrow:
-        # About to create or retype entities: one writer at a time from here to commit, so a
+        # About to create or retype entities: one writer per name from here to commit, so a
         # name another indexer is creating (uncommitted, invisible) is merged into, not
         # duplicated. Look again: a holder that committed meanwhile may have created it.
-        await conn.execute(_CREATE_LOCK, {"k": ENTITY_CREATE_LOCK_KEY})
+        retyping = [k for k in keys if out.ids.get(k) in narrow]
+        await lock_names(conn, creation_keys(unresolved + retyping, resolution.canonical))
         narrow |= await _exact(conn, surfaces, unresolved, out)
     if narrow:
         ids = sorted(narrow)
@@ -269,6 +276,26 @@ async def resolve_entities(
             if r.inserted:
                 out.added.add(int(r.id))
     return out
+
+
+def creation_keys(keys: Sequence[str], canonical: Mapping[str, str]) -> list[str]:
+    """The name keys a writer locks to create or retype the entities of ``keys``: those keys
+    and the document's short forms of them (they become aliases another writer resolves by)."""
+    wanted = set(keys)
+    wanted |= {own for own, key in canonical.items() if key in wanted}
+    return sorted(wanted)
+
+
+def key_hash(key: str) -> int:
+    """A stable signed 32-bit hash of a name key (the advisory lock's second key)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), signed=True)
+
+
+async def lock_names(conn: AsyncConnection, keys: Sequence[str]) -> None:
+    """Take the creation locks of ``keys`` until commit, in hash order."""
+    if keys:
+        hashes = sorted({key_hash(k) for k in keys})
+        await conn.execute(_KEY_LOCKS, {"space": ENTITY_KEY_LOCK_SPACE, "hashes": hashes})
 
 
 async def _hold(conn: AsyncConnection, entity_ids: set[int]) -> None:
