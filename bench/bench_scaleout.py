@@ -43,9 +43,9 @@ from _scale_harness import (  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "events_full.jsonl"
 QUICK_EVENTS = 100
-# The entity-creation lock (services/indexer/resolution.py, a transaction-scoped advisory lock):
-# the share of samples in which some transaction holds it is the utilisation of the one
-# serial section of the write path.
+# Entity-creation locks (services/indexer/resolution.py, transaction-scoped advisory locks, one
+# per name key): the share of samples in which some transaction holds one. With one lock for
+# all names (before issue 10) this was the utilisation of the write path's serial section.
 _CREATION_LOCK_HELD = text(
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
