@@ -1,11 +1,12 @@
 """What the stream benchmarks share: an embedded PostgreSQL and tansu broker in a temporary
-home with one real indexer worker process (`kgstream worker indexer`, this checkout's code),
-waiting for events to be applied, sampling the resident memory of the processes, and the
-database's size by table."""
+home with one or more real indexer worker processes (`kgstream worker indexer`, this
+checkout's code, one consumer group), waiting for events to be applied, sampling the resident
+memory and CPU time of the processes, and the database's size by table."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from kafka import KafkaProducer
 from sqlalchemy import create_engine, text
@@ -58,15 +59,21 @@ def wait_for(
 
 @dataclass
 class Stack:
-    """A running PostgreSQL + broker + indexer worker, and a producer to its topic."""
+    """A running PostgreSQL + broker + indexer worker(s), and a producer to its topic."""
 
     home: Path
     url: str
     topic: str
     producer: KafkaProducer
-    worker: subprocess.Popen[bytes]
+    workers: list[subprocess.Popen[bytes]]
     pg: EmbeddedPostgres
     broker: EmbeddedBroker
+    partitions: int = 4
+
+    @property
+    def worker(self) -> subprocess.Popen[bytes]:
+        """The first (with one worker, the only) indexer process."""
+        return self.workers[0]
 
     def publish(self, events: list[dict[str, Any]]) -> None:
         """Publish ``events`` to the documents topic (keyed by doc_id)."""
@@ -78,26 +85,51 @@ class Stack:
         self.publish([{**event, "event_id": "warm-up", "doc_id": "warm-up"}])
         wait_for(self.url, 1, 120)
 
+    def warm_up_partitions(self, event: dict[str, Any], settle_s: float = 8.0) -> int:
+        """With several workers: one event on every partition, twice, ``settle_s`` apart (the
+        group's last join settles meanwhile; tansu joins take half the session timeout), so
+        every worker owns its partitions and has loaded its models. Returns the events used."""
+        sent = 0
+        for round_ in range(2):
+            for partition in range(self.partitions):
+                body = {**event, "event_id": f"warm-up-{round_}-{partition}"}
+                body["doc_id"] = body["event_id"]
+                value = json.dumps(body).encode()
+                self.producer.send(
+                    self.topic, value=value, key=body["doc_id"].encode(), partition=partition
+                )
+                sent += 1
+            self.producer.flush()
+            wait_for(self.url, sent, 180)
+            if round_ == 0:
+                time.sleep(settle_s)
+        return sent
+
     def stop_worker(self) -> None:
-        """SIGTERM the worker and wait for it (idempotent)."""
-        if self.worker.poll() is None:
-            self.worker.terminate()
-            self.worker.wait(timeout=60)
+        """SIGTERM the worker(s) and wait for them (idempotent)."""
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.terminate()
+        for worker in self.workers:
+            worker.wait(timeout=60)
 
 
 @contextlib.contextmanager
-def indexer_stack(partitions: int = 4) -> Iterator[Stack]:
-    """Start everything in a temporary home; stop and delete it all on exit."""
+def indexer_stack(
+    partitions: int = 4, workers: int = 1, env: dict[str, str] | None = None
+) -> Iterator[Stack]:
+    """Start everything in a temporary home, ``workers`` indexer processes in one consumer
+    group (``env`` added to theirs); stop and delete it all on exit."""
     home = Path(tempfile.mkdtemp(prefix="kg-bench-"))
     pg, broker = EmbeddedPostgres(home), EmbeddedBroker(home)
     url, bootstrap = pg.start(), broker.start()
     topic = f"bench-{uuid.uuid4().hex[:6]}"
-    worker: subprocess.Popen[bytes] | None = None
+    procs: list[subprocess.Popen[bytes]] = []
     producer: KafkaProducer | None = None
     try:
         migrations.upgrade(url, 384)
         ensure_topics(bootstrap, {topic: partitions, f"{topic}.dlq": 1})
-        env = {
+        worker_env = {
             **os.environ,
             "KGSTREAM_HOME": str(home),
             "KGSTREAM_DATABASE_URL": url,
@@ -105,20 +137,50 @@ def indexer_stack(partitions: int = 4) -> Iterator[Stack]:
             "KGSTREAM_DOCUMENTS_TOPIC": topic,
             "KGSTREAM_DLQ_TOPIC": f"{topic}.dlq",
             "KGSTREAM_LOG_LEVEL": "WARNING",
+            **(env or {}),
         }
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "worker", "indexer"], env=env, cwd=ROOT
-        )
+        if workers > 1:
+            worker_env["KGSTREAM_INDEXER_METRICS_PORT"] = "0"  # one port each
+        for _ in range(workers):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "services.cli.main", "worker", "indexer"],
+                    env=worker_env,
+                    cwd=ROOT,
+                )
+            )
         producer = make_producer(bootstrap, Settings())
-        yield Stack(home, url, topic, producer, worker, pg, broker)
+        yield Stack(home, url, topic, producer, procs, pg, broker, partitions)
     finally:
         if producer is not None:
             producer.close()
-        if worker is not None and worker.poll() is None:
-            worker.terminate()
-            worker.wait(timeout=60)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=60)
         broker.stop()
         pg.purge()
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU time of a process from /proc (with ``children``: plus that of its
+    reaped children, e.g. PostgreSQL backends that exited); 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds(postmaster: int) -> float:
+    """CPU time of PostgreSQL: the postmaster, its live backends, and the ones that exited."""
+    return cpu_seconds(postmaster, children=True) + sum(
+        cpu_seconds(pid) for pid in _children(postmaster)
+    )
 
 
 def _status_kib(pid: int, key: str) -> int:
@@ -161,8 +223,42 @@ def postgres_pss_kib(postmaster: int) -> int:
     return sum(_pss_kib(pid) for pid in [postmaster, *_children(postmaster)])
 
 
+class Sampling:
+    """Calls ``sample()`` every ``interval`` s on a thread, from ``with`` entry to exit, then
+    ``close()``."""
+
+    interval: float
+    _stop: threading.Event
+    _thread: threading.Thread
+
+    def __enter__(self) -> Self:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.sample()
+                self._stop.wait(self.interval)
+        finally:
+            self.close()
+
+    def sample(self) -> None:
+        """Take one sample."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what sampling held (nothing by default)."""
+
+
 @dataclass
-class MemorySampler:
+class MemorySampler(Sampling):
     """Samples, every ``interval`` s on a thread: the indexer's VmRSS, PostgreSQL's PSS (all
     its processes) and the broker's VmRSS, in MiB."""
 
@@ -171,27 +267,14 @@ class MemorySampler:
     broker: int | None
     interval: float = 1.0
     samples: list[tuple[float, float, float, float]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _t0: float = field(default_factory=time.perf_counter)
 
-    def __enter__(self) -> MemorySampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
-        t0 = time.perf_counter()
-        while not self._stop.is_set():
-            indexer = _status_kib(self.indexer, "VmRSS") / 1024
-            pg = postgres_pss_kib(self.postmaster) / 1024 if self.postmaster else 0.0
-            broker = _status_kib(self.broker, "VmRSS") / 1024 if self.broker else 0.0
-            self.samples.append((time.perf_counter() - t0, indexer, pg, broker))
-            self._stop.wait(self.interval)
+    def sample(self) -> None:
+        """The three processes' memory now."""
+        indexer = _status_kib(self.indexer, "VmRSS") / 1024
+        pg = postgres_pss_kib(self.postmaster) / 1024 if self.postmaster else 0.0
+        broker = _status_kib(self.broker, "VmRSS") / 1024 if self.broker else 0.0
+        self.samples.append((time.perf_counter() - self._t0, indexer, pg, broker))
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per process: the value at the start, at 25% of the run, at the end, and the peak;

@@ -36,10 +36,13 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 def _settings(process: str = "cli") -> Settings:
     """The settings, and logging set up for ``process`` (KGSTREAM_LOG_LEVEL, _LOG_FORMAT)."""
+    from services.core.cpu_budget import cpu_threads, size_thread_pools
     from services.core.logs import setup_logging
 
     settings = Settings()
     setup_logging(settings.log_level, settings.log_format, process)
+    # Before numpy, onnxruntime and spaCy load: they size their thread pools once.
+    size_thread_pools(cpu_threads(settings.cpu_threads))
     return settings
 
 

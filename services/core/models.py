@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import openai
 
+from services.core.cpu_budget import cpu_threads
 from services.core.embedding import Embedder, OnnxMiniLmEmbedder, OpenAIEmbedder
 from services.core.errors import ConfigurationError
 from services.core.extraction import Extractor, SpacyExtractor
@@ -21,7 +22,9 @@ def build_embedder(settings: Settings, client: openai.OpenAI | None) -> Embedder
             max_attempts=settings.llm_max_attempts,
         )
     else:
-        embedder = OnnxMiniLmEmbedder(batch_size=settings.embed_batch_size)
+        embedder = OnnxMiniLmEmbedder(
+            batch_size=settings.embed_batch_size, intra_op_threads=cpu_threads(settings.cpu_threads)
+        )
     if embedder.dim != settings.embedding_dim:
         raise ConfigurationError(
             f"{embedder.model_id} makes {embedder.dim}-d vectors but KGSTREAM_EMBEDDING_DIM is "

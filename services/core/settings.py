@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.core.cpu_budget import parse_cpu_threads
+
 
 class Settings(BaseSettings):
     """kgstream configuration; every field is settable as ``KGSTREAM_<NAME>``."""
@@ -79,6 +81,12 @@ class Settings(BaseSettings):
         "this long, or records wait and its offset has not moved this long.",
     )
     embed_batch_size: int = Field(default=16, ge=1, description="Passages per embedding call.")
+    cpu_threads: str = Field(
+        default="auto",
+        description="Threads of onnxruntime (embedding) and OpenMP/BLAS (numpy, spaCy) per "
+        "process: auto = the CPUs the process may use (affinity mask, capped by the cgroup CPU "
+        "quota), or a positive integer. One core per indexer: set 1.",
+    )
     indexer_batch_size: int = Field(
         default=16, ge=1, description="Events whose CPU work (embedding, extraction) is shared."
     )
@@ -340,6 +348,12 @@ class Settings(BaseSettings):
             if value.startswith(prefix):
                 return "postgresql+psycopg://" + value[len(prefix) :]
         return value
+
+    @field_validator("cpu_threads")
+    @classmethod
+    def _cpu_threads(cls, value: str) -> str:
+        # A ConfigurationError (not a ValueError) passes through pydantic: the CLI prints it.
+        return parse_cpu_threads(value)
 
     @field_validator("kafka_bootstrap_servers")
     @classmethod

@@ -81,8 +81,9 @@ async def commit_upsert(
             resolution=computed.resolution,
             changes=changes,
         )
-        await gw.rebuild(conn, ents | e2, rels | r2, changes)
         await record_token_usage(conn, event.doc_id, [c.extraction for c in new_chunks])
+        # Last: the shared entity and relationship rows stay locked from here to commit.
+        await gw.rebuild(conn, ents | e2, rels | r2, changes)
         await gw.log_changes(conn, changes, event.doc_id, event.event_id)
         await set_outcome(conn, event.event_id, "applied")
     deps.observer.chunks(reused=len(plan.planned) - len(new_chunks), embedded=len(new_chunks))
@@ -103,8 +104,8 @@ async def apply_delete(
         changes = gw.ChangeSet()
         current = await existing_chunk_hashes(conn, event.doc_id)
         ents, rels = await gw.remove_chunks(conn, list(current.values()))
-        await gw.rebuild(conn, ents, rels, changes)
         await write_document(conn, event, None, deleted=True)
+        await gw.rebuild(conn, ents, rels, changes)
         await gw.log_changes(conn, changes, event.doc_id, event.event_id)
         await set_outcome(conn, event.event_id, "deleted")
     return "deleted"

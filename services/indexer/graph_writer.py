@@ -7,17 +7,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.db.bulk import BulkInsert, insert_rows
 from services.core.db.engine import vector_literal
+from services.core.errors import StaleComputeError
 from services.core.extraction import Extraction
 from services.core.normalize import entity_key
 from services.indexer.resolution import (
     Resolution,
     document_surfaces,
     resolve_entities,
+    retype_entities,
     with_title,
 )
 
@@ -86,6 +88,8 @@ class ChangeSet:
     edges_added: set[int] = field(default_factory=set)
     edges_removed: set[int] = field(default_factory=set)
     edges_changed: set[int] = field(default_factory=set)
+    # Wildcard entities a typed mention narrows (id -> type group), written by rebuild().
+    retype: dict[int, str] = field(default_factory=dict)
 
 
 async def remove_chunks(
@@ -163,13 +167,14 @@ async def add_chunks(
     surfaces = document_surfaces(mentioned, resolution.canonical)
     resolved = await resolve_entities(conn, surfaces, resolution)
     changes.nodes_added |= resolved.added
+    changes.retype.update(resolved.retype)
     ids = resolved.ids
 
     def entity_id(name: str) -> int | None:
         own = entity_key(name)
         return ids.get(resolution.canonical.get(own, own))
 
-    mention_rows: list[tuple[object, ...]] = []
+    mention_rows: list[tuple[int, int, str, str, str, int, int, str]] = []
     for c in chunks:
         for ent in with_title(title, c.extraction).entities:
             eid = entity_id(ent.name)
@@ -188,10 +193,13 @@ async def add_chunks(
                     ent.sentence,
                 )
             )
+    # Sorted by entity: concurrent writers take their key-share locks on shared entities (the
+    # foreign key checks) and meet each other's aliases in the same order.
+    mention_rows.sort(key=lambda r: (r[0], r[1], r[5]))  # stable: duplicates keep their order
     # A document may name nothing at all (no title, no entities).
     await insert_rows(conn, _MENTIONS, mention_rows)
-    aliases = {(row[0], row[3]): entity_key(str(row[3])) for row in mention_rows}
-    await insert_rows(conn, _ALIASES, [(e, a, k) for (e, a), k in aliases.items()])
+    aliases = {(row[0], row[3]): entity_key(row[3]) for row in mention_rows}
+    await insert_rows(conn, _ALIASES, [(e, a, k) for (e, a), k in sorted(aliases.items())])
 
     # (relationship, chunk) -> (doc, strongest strength, first sentence): one evidence row each.
     edge_rows: dict[tuple[int, int, str], dict[int, tuple[str, float, str]]] = {}
@@ -209,11 +217,11 @@ async def add_chunks(
             sentence = rel.sentence if kept is None else kept[2]
             per_chunk[chunk] = (doc_id, strength, sentence)
     rel_ids = await _upsert_relationships(conn, sorted(edge_rows), changes)
-    evidence = [
+    evidence = sorted(  # by relationship id, as rebuild() locks them
         (rel_ids[edge], chunk, *row)
         for edge, per_chunk in edge_rows.items()
         for chunk, row in per_chunk.items()
-    ]
+    )
     await insert_rows(conn, _EVIDENCE, evidence)
     touched_rels.update(rel_ids.values())
     return touched_entities, touched_rels
@@ -223,15 +231,27 @@ async def rebuild(
     conn: AsyncConnection, entity_ids: Iterable[int], rel_ids: Iterable[int], changes: ChangeSet
 ) -> None:
     """Recompute weights, counts, names, types and descriptions from the evidence that
-    remains; remove what no evidence supports any more. Same rule on insert, update, delete."""
+    remains; remove what no evidence supports any more. Same rule on insert, update, delete.
+
+    Called once, at the end of the event's transaction: the rows it locks are the shared ones
+    (a hub entity appears in many documents), so they are held for as short a time as the
+    event allows. Every writer that added or removed evidence of a row rebuilds that row, and
+    locks it first, in id order (relationships, then entities): no two writers deadlock here,
+    and the aggregates, read by the statements that follow the lock, see the evidence of every
+    writer that held the lock before (none of their updates is lost). A row left without
+    evidence is deleted unless another writer holds a key-share lock on it: that writer is
+    adding evidence to it (a mention, an edge, an alias) and rebuilds it after this commit;
+    waiting for it here would deadlock on the lock just taken."""
     rels = sorted(set(rel_ids))
-    ents = sorted(set(entity_ids))
+    ents = sorted(set(entity_ids) | changes.retype.keys())
     if rels:
+        await conn.execute(_LOCK_RELATIONSHIPS, {"ids": rels})
         gone = await conn.execute(
             text(
-                "DELETE FROM relationships r WHERE r.id = ANY(:ids) AND NOT EXISTS"
-                " (SELECT 1 FROM relationship_evidence v WHERE v.relationship_id = r.id)"
-                " RETURNING r.id"
+                "DELETE FROM relationships WHERE id IN (SELECT r.id FROM relationships r"
+                " WHERE r.id = ANY(:ids) AND NOT EXISTS"
+                "  (SELECT 1 FROM relationship_evidence v WHERE v.relationship_id = r.id)"
+                " ORDER BY r.id FOR UPDATE SKIP LOCKED) RETURNING id"
             ),
             {"ids": rels},
         )
@@ -250,11 +270,14 @@ async def rebuild(
         )
         changes.edges_changed |= set(rels) - removed - changes.edges_added
     if ents:
+        await conn.execute(_LOCK_ENTITIES, {"ids": ents})
+        await retype_entities(conn, changes.retype)
         # An entity with no mentions has no evidence left for any of its edges either.
         orphans = await conn.execute(
             text(
                 "SELECT e.id FROM entities e WHERE e.id = ANY(:ids) AND NOT EXISTS"
                 " (SELECT 1 FROM mentions m WHERE m.entity_id = e.id)"
+                " ORDER BY e.id FOR UPDATE OF e SKIP LOCKED"
             ),
             {"ids": ents},
         )
@@ -325,25 +348,55 @@ async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, ev
     return len(rows)
 
 
+_LOCK_RELATIONSHIPS = text(
+    "SELECT id FROM relationships WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE"
+)
+_LOCK_ENTITIES = text("SELECT id FROM entities WHERE id = ANY(:ids) ORDER BY id FOR NO KEY UPDATE")
+_INSERT_RELATIONSHIPS = text(
+    "INSERT INTO relationships (source_id, target_id, type)"
+    " SELECT s, t, y FROM unnest(CAST(:s AS bigint[]), CAST(:t AS bigint[]),"
+    "  CAST(:y AS text[])) AS u(s, t, y) ORDER BY s, t, y"
+    " ON CONFLICT (source_id, target_id, type) DO NOTHING"
+    " RETURNING id, source_id, target_id, type"
+)
+# A key-share lock keeps an existing row from being deleted until commit, and conflicts with
+# no update: the weight and count updates of other writers go on (rebuild locks them later).
+_EXISTING_RELATIONSHIPS = text(
+    "SELECT r.id, r.source_id, r.target_id, r.type FROM relationships r"
+    " JOIN unnest(CAST(:s AS bigint[]), CAST(:t AS bigint[]), CAST(:y AS text[])) AS u(s, t, y)"
+    " ON (r.source_id, r.target_id, r.type) = (u.s, u.t, u.y) ORDER BY r.id FOR KEY SHARE OF r"
+)
+# Finding an edge and inserting it race only with a writer that inserts it (the insert waits for
+# it, then finds it next round) or deletes its last evidence and commits in between.
+_UPSERT_ROUNDS = 5
+
+
 async def _upsert_relationships(
     conn: AsyncConnection, edges: Sequence[tuple[int, int, str]], changes: ChangeSet
 ) -> dict[tuple[int, int, str], int]:
+    """Relationship id per edge, inserting the missing ones. Existing rows are not updated
+    here (an update would lock a hub's edges for the rest of the event): they are share-locked
+    against deletion, and rebuild() updates them at the end."""
+    ids: dict[tuple[int, int, str], int] = {}
+    missing = list(edges)
+    for _ in range(_UPSERT_ROUNDS):
+        ids.update(await _edge_ids(conn, _EXISTING_RELATIONSHIPS, missing))
+        missing = [e for e in missing if e not in ids]
+        inserted = await _edge_ids(conn, _INSERT_RELATIONSHIPS, missing)
+        ids.update(inserted)
+        changes.edges_added.update(inserted.values())
+        missing = [e for e in missing if e not in ids]
+        if not missing:
+            return ids
+    raise StaleComputeError(f"relationships kept vanishing under a concurrent delete: {missing}")
+
+
+async def _edge_ids(
+    conn: AsyncConnection, statement: TextClause, edges: Sequence[tuple[int, int, str]]
+) -> dict[tuple[int, int, str], int]:
+    """(source, target, type) -> id of the rows ``statement`` returns for ``edges``."""
     if not edges:
         return {}
-    # Sorted rows: concurrent indexers lock relationship rows in the same order.
-    rows = await conn.execute(
-        text(
-            "INSERT INTO relationships (source_id, target_id, type)"
-            " SELECT s, t, y FROM unnest(CAST(:s AS bigint[]), CAST(:t AS bigint[]),"
-            "  CAST(:y AS text[])) AS u(s, t, y) ORDER BY s, t, y"
-            " ON CONFLICT (source_id, target_id, type) DO UPDATE SET type = EXCLUDED.type"
-            " RETURNING id, source_id, target_id, type, (xmax = 0) AS inserted"
-        ),
-        {"s": [e[0] for e in edges], "t": [e[1] for e in edges], "y": [e[2] for e in edges]},
-    )
-    ids: dict[tuple[int, int, str], int] = {}
-    for r in rows.all():
-        ids[(int(r.source_id), int(r.target_id), str(r.type))] = int(r.id)
-        if r.inserted:
-            changes.edges_added.add(int(r.id))
-    return ids
+    params = {"s": [e[0] for e in edges], "t": [e[1] for e in edges], "y": [e[2] for e in edges]}
+    rows = (await conn.execute(statement, params)).all()
+    return {(int(r.source_id), int(r.target_id), str(r.type)): int(r.id) for r in rows}

@@ -8,6 +8,7 @@ merge."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -194,13 +195,26 @@ _INSERT = text(
     " ON CONFLICT (key, type_group) DO UPDATE SET updated_at = now()"
     " RETURNING id, key, (xmax = 0) AS inserted"
 )
-# Held from entity creation to commit (transaction-scoped): concurrent indexers create entities
-# one at a time, so near-duplicate names resolve as they would in one indexer. Distinct from the
-# communities' RECOMPUTE_LOCK_KEY ("kgcomm").
-ENTITY_CREATE_LOCK_KEY = 0x6B67656E74  # "kgent"
-_CREATE_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
+# Held from entity creation to commit (transaction-scoped), one per name key: writers creating
+# or retyping an entity of the same key (or a short form of it) go one at a time, so the second
+# sees the first's entity and merges into it; writers creating different names do not wait for
+# each other. Two-key advisory locks in their own namespace (the communities' RECOMPUTE_LOCK_KEY
+# is a one-key lock); taken in hash order, so two writers never wait for each other's.
+ENTITY_KEY_LOCK_SPACE = 0x6B67  # "kg"
+_KEY_LOCKS = text(
+    "SELECT pg_advisory_xact_lock(:space, h) FROM unnest(CAST(:hashes AS int[]))"
+    " WITH ORDINALITY AS u(h, i) ORDER BY i"
+)
 # A wildcard entity (say, a title) that meets a typed mention takes the type, unless an entity
-# of that key and type exists already.
+# of that key and type exists already. Decided during resolution (the rest of it sees the new
+# type), written by graph_writer.rebuild under its ordered row locks: an early update would
+# hold the row from here to commit, out of order.
+_NARROWABLE = text(
+    "SELECT u.i, u.g FROM unnest(CAST(:ids AS bigint[]), CAST(:groups AS text[])) AS u(i, g)"
+    " JOIN entities e ON e.id = u.i WHERE NOT EXISTS"
+    " (SELECT 1 FROM entities o WHERE o.key = e.key AND o.type_group = u.g)"
+)
+_HOLD = text("SELECT id FROM entities WHERE id = ANY(:ids) ORDER BY id FOR KEY SHARE")
 _NARROW = text(
     "UPDATE entities e SET type_group = u.g FROM unnest(CAST(:ids AS bigint[]),"
     " CAST(:groups AS text[])) AS u(i, g) WHERE e.id = u.i AND NOT EXISTS"
@@ -210,10 +224,12 @@ _NARROW = text(
 
 @dataclass
 class Resolved:
-    """Entity id per surface key, and which of them this call created."""
+    """Entity id per surface key, which of them this call created, and the wildcard entities
+    to retype (id -> type group; ``retype_entities`` writes them)."""
 
     ids: dict[str, int]
     added: set[int]
+    retype: dict[int, str] = field(default_factory=dict)
 
 
 async def resolve_entities(
@@ -230,16 +246,19 @@ async def resolve_entities(
     narrow = await _exact(conn, surfaces, keys, out)
     unresolved = [k for k in keys if k not in out.ids]
     if unresolved or narrow:
-        # About to create or retype entities: one writer at a time from here to commit, so a
+        # About to create or retype entities: one writer per name from here to commit, so a
         # name another indexer is creating (uncommitted, invisible) is merged into, not
         # duplicated. Look again: a holder that committed meanwhile may have created it.
-        await conn.execute(_CREATE_LOCK, {"k": ENTITY_CREATE_LOCK_KEY})
+        retyping = [k for k in keys if out.ids.get(k) in narrow]
+        await lock_names(conn, creation_keys(unresolved + retyping, resolution.canonical))
         narrow |= await _exact(conn, surfaces, unresolved, out)
     if narrow:
         ids = sorted(narrow)
-        await conn.execute(_NARROW, {"ids": ids, "groups": [narrow[i] for i in ids]})
+        rows = await conn.execute(_NARROWABLE, {"ids": ids, "groups": [narrow[i] for i in ids]})
+        out.retype = {int(r.i): str(r.g) for r in rows.all()}
     unresolved = [k for k in keys if k not in out.ids]
-    out.ids.update(await _similar(conn, surfaces, unresolved, resolution))
+    out.ids.update(await _similar(conn, surfaces, unresolved, resolution, out.retype))
+    await _hold(conn, set(out.ids.values()))
     new = [k for k in unresolved if k not in out.ids]
     if new:
         vecs = [resolution.name_embeddings.get(k) for k in new]
@@ -257,6 +276,39 @@ async def resolve_entities(
             if r.inserted:
                 out.added.add(int(r.id))
     return out
+
+
+def creation_keys(keys: Sequence[str], canonical: Mapping[str, str]) -> list[str]:
+    """The name keys a writer locks to create or retype the entities of ``keys``: those keys
+    and the document's short forms of them (they become aliases another writer resolves by)."""
+    wanted = set(keys)
+    wanted |= {own for own, key in canonical.items() if key in wanted}
+    return sorted(wanted)
+
+
+def key_hash(key: str) -> int:
+    """A stable signed 32-bit hash of a name key (the advisory lock's second key)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), signed=True)
+
+
+async def lock_names(conn: AsyncConnection, keys: Sequence[str]) -> None:
+    """Take the creation locks of ``keys`` until commit, in hash order."""
+    if keys:
+        hashes = sorted({key_hash(k) for k in keys})
+        await conn.execute(_KEY_LOCKS, {"space": ENTITY_KEY_LOCK_SPACE, "hashes": hashes})
+
+
+async def _hold(conn: AsyncConnection, entity_ids: set[int]) -> None:
+    """Key-share lock the entities this document resolved to, so none is deleted before its
+    mentions are in (a writer that removed an entity's last mention skips locked ones); one
+    deleted since it was read means the plan is stale: StaleComputeError, and it recomputes."""
+    if not entity_ids:
+        return
+    ids = sorted(entity_ids)
+    held = await conn.execute(_HOLD, {"ids": ids})
+    gone = set(ids) - {int(r[0]) for r in held.all()}
+    if gone:
+        raise StaleComputeError(f"entities {sorted(gone)} were deleted since they were resolved")
 
 
 async def _exact(
@@ -282,11 +334,19 @@ async def _exact(
     return narrow
 
 
+async def retype_entities(conn: AsyncConnection, retype: Mapping[int, str]) -> None:
+    """Write the type groups resolution decided (the caller holds the rows' locks)."""
+    if retype:
+        ids = sorted(retype)
+        await conn.execute(_NARROW, {"ids": ids, "groups": [retype[i] for i in ids]})
+
+
 async def _similar(
     conn: AsyncConnection,
     surfaces: Mapping[str, Surface],
     keys: Sequence[str],
     resolution: Resolution,
+    retyped: Mapping[int, str],
 ) -> dict[str, int]:
     """Trigram candidates confirmed by name-embedding similarity; None-safe, order-stable.
     Ambiguous candidates take the adjudicator's answer given before the transaction; one it
@@ -294,7 +354,7 @@ async def _similar(
     found: dict[str, int] = {}
     decisions = resolution.decisions
     for key, entity_id, _, verdict in await similar_candidates(
-        conn, surfaces, keys, resolution.name_embeddings, resolution.config
+        conn, surfaces, keys, resolution.name_embeddings, resolution.config, retyped=retyped
     ):
         if key in found:
             continue
@@ -316,10 +376,14 @@ async def similar_candidates(
     keys: Sequence[str],
     name_embeddings: Mapping[str, Sequence[float]],
     config: ResolverConfig,
+    *,
+    retyped: Mapping[int, str] | None = None,
 ) -> list[tuple[str, int, str, Verdict]]:
     """(surface key, entity id, entity name, merge | ask) for every candidate worth merging,
     best first per key; "ask" only when an adjudicator is configured (else the ambiguous band
-    stays apart)."""
+    stays apart). ``retyped``: type groups this transaction gives entities but has not written
+    yet."""
+    retyped = retyped or {}
     asks = [k for k in keys if k in name_embeddings and len(k) >= 4]
     if not asks:
         return []
@@ -334,12 +398,13 @@ async def similar_candidates(
     out: list[tuple[str, int, str, Verdict]] = []
     for r in rows.all():
         surface = surfaces[r.key]
-        if not compatible(r.type_group, surface.group):
+        group = retyped.get(int(r.id), r.type_group)
+        if not compatible(group, surface.group):
             continue
-        if r.sim < config.trigram_threshold and not same_person(surface, r.name, r.type_group):
+        if r.sim < config.trigram_threshold and not same_person(surface, r.name, group):
             continue
         if r.cos >= config.embedding_threshold or (
-            r.cos >= config.ambiguous_floor and same_person(surface, r.name, r.type_group)
+            r.cos >= config.ambiguous_floor and same_person(surface, r.name, group)
         ):
             out.append((r.key, int(r.id), str(r.name), "merge"))
         elif r.cos >= config.ambiguous_floor and config.adjudicate is not None:

@@ -2,7 +2,7 @@
 A title (an entity of any type) and a typed mention of it in another document, written by two
 transactions at once, used to become two entities: each inserted its own (key, type group) and
 neither could see the other's. That made test_two_indexers' "equals a clean run" flaky (CI,
-stop 12). Entity creation now waits for the transaction that holds the creation lock."""
+stop 12). Entity creation now waits for the transaction that holds the name's creation lock."""
 
 from __future__ import annotations
 

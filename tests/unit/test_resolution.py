@@ -4,7 +4,9 @@ from services.core.extraction import ExtractedEntity
 from services.indexer.resolution import (
     WILDCARD,
     compatible,
+    creation_keys,
     document_surfaces,
+    key_hash,
     local_canonical,
     type_group,
 )
@@ -65,3 +67,15 @@ def test_middle_names_are_thesame_person() -> None:
 def test_middle_names_resolve_to_the_short_form_in_the_same_document() -> None:
     ents = [ent("Richard Bach", "TOPIC"), ent("Richard David Bach", "PERSON")]
     assert local_canonical(ents) == {"richard david bach": "richard bach"}
+
+
+def test_creation_locks_cover_the_short_forms_of_a_new_name() -> None:
+    canonical = {"nolan": "christopher nolan", "ibm": "international business machines"}
+    assert creation_keys(["christopher nolan"], canonical) == ["christopher nolan", "nolan"]
+    assert creation_keys(["paris"], canonical) == ["paris"]
+
+
+def test_name_lock_hash_is_stable_and_fits_int4() -> None:
+    assert key_hash("redmond") == key_hash("redmond")
+    assert key_hash("redmond") != key_hash("seattle")
+    assert all(-(2**31) <= key_hash(k) < 2**31 for k in ("", "a", "christopher nolan"))
