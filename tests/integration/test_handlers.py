@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
+from services.core.extraction import SpacyExtractor
 from services.indexer.handlers import IndexerDeps, handle_record
 from tests.support.records import dlq_messages, record, rows
 from tests.support.records import document_event as event
@@ -21,14 +23,23 @@ async def counts(deps: IndexerDeps) -> dict[str, int]:
     return out
 
 
-async def test_upsert_builds_graph_with_provenance(deps: IndexerDeps) -> None:
+@pytest.fixture(scope="module")
+def parse_extractor() -> SpacyExtractor:
+    """The opt-in dependency-parse relations (KGSTREAM_SPACY_RELATIONS=parse)."""
+    return SpacyExtractor(relations="parse")
+
+
+async def test_upsert_builds_graph_with_provenance(
+    deps: IndexerDeps, parse_extractor: SpacyExtractor
+) -> None:
+    deps = dataclasses.replace(deps, extractor=parse_extractor)
     assert await handle_record(deps, record(event())) == "applied"
     c = await counts(deps)
     assert c["documents"] == 1
     assert c["chunks"] == 1
     names = {r[0] for r in await rows(deps, "SELECT name FROM entities")}
     assert {"Marie Curie", "Paris", "Pierre Curie", "Albert Einstein"} <= names
-    # An SVO relation from the dependency parse, with its evidence sentence.
+    # An SVO relation from the dependency parse (opt-in), with its evidence sentence.
     worked = await rows(
         deps,
         "SELECT s.name, t.name, v.sentence, r.weight FROM relationships r"
