@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,8 +86,9 @@ class Stack:
 
 
 @contextlib.contextmanager
-def indexer_stack(partitions: int = 4) -> Iterator[Stack]:
-    """Start everything in a temporary home; stop and delete it all on exit."""
+def indexer_stack(partitions: int = 4, env: Mapping[str, str] | None = None) -> Iterator[Stack]:
+    """Start everything in a temporary home; stop and delete it all on exit. ``env`` adds to
+    (or overrides) the worker's environment, e.g. KGSTREAM_EXTRACTOR_BACKEND."""
     home = Path(tempfile.mkdtemp(prefix="kg-bench-"))
     pg, broker = EmbeddedPostgres(home), EmbeddedBroker(home)
     url, bootstrap = pg.start(), broker.start()
@@ -97,7 +98,7 @@ def indexer_stack(partitions: int = 4) -> Iterator[Stack]:
     try:
         migrations.upgrade(url, 384)
         ensure_topics(bootstrap, {topic: partitions, f"{topic}.dlq": 1})
-        env = {
+        worker_env = {
             **os.environ,
             "KGSTREAM_HOME": str(home),
             "KGSTREAM_DATABASE_URL": url,
@@ -105,9 +106,12 @@ def indexer_stack(partitions: int = 4) -> Iterator[Stack]:
             "KGSTREAM_DOCUMENTS_TOPIC": topic,
             "KGSTREAM_DLQ_TOPIC": f"{topic}.dlq",
             "KGSTREAM_LOG_LEVEL": "WARNING",
+            **(env or {}),
         }
         worker = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "worker", "indexer"], env=env, cwd=ROOT
+            [sys.executable, "-m", "services.cli.main", "worker", "indexer"],
+            env=worker_env,
+            cwd=ROOT,
         )
         producer = make_producer(bootstrap, Settings())
         yield Stack(home, url, topic, producer, worker, pg, broker)
