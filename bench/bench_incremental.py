@@ -144,7 +144,8 @@ async def scalar(deps: RecomputeDeps, sql: str, **params: Any) -> Any:
 async def refreshed(deps: RecomputeDeps, old: int, new: int, prompts: set[str]) -> dict[str, Any]:
     """Of the new snapshot's communities whose fingerprint the old one did not have: how many
     got a report written by this phase's summary calls (the stub's report summary is the first
-    line of its prompt, which names the community, its level and size)."""
+    line of its prompt, which names the community, its level and size), and how many of them
+    have a member set the old snapshot did not have."""
     async with deps.engine.connect() as conn:
         rows = (
             await conn.execute(
@@ -157,8 +158,25 @@ async def refreshed(deps: RecomputeDeps, old: int, new: int, prompts: set[str]) 
                 {"new": new, "old": old},
             )
         ).all()
+        regrouped = await conn.scalar(text(_REGROUPED), {"new": new, "old": old})
     fresh = [r for r in rows if r.summary in prompts and r.writer == f"openai:{MODEL}"]
-    return {"changed": len(rows), "refreshed": len(fresh)}
+    return {"changed": len(rows), "refreshed": len(fresh), "new_member_set": regrouped}
+
+
+# Of the new snapshot's communities with a new fingerprint: those whose member set no community
+# of the old snapshot had (re-clustering regrouped them), as opposed to same members, new facts.
+_REGROUPED = """
+WITH sig AS (
+    SELECT snapshot_id, community_id, array_agg(entity_id ORDER BY entity_id) AS members
+    FROM community_members WHERE snapshot_id IN (:old, :new) GROUP BY 1, 2
+)
+SELECT count(*) FROM communities n JOIN sig s ON s.snapshot_id = n.snapshot_id
+    AND s.community_id = n.id
+WHERE n.snapshot_id = :new
+  AND NOT EXISTS (SELECT 1 FROM communities o WHERE o.snapshot_id = :old
+                  AND o.fingerprint = n.fingerprint)
+  AND NOT EXISTS (SELECT 1 FROM sig o WHERE o.snapshot_id = :old AND o.members = s.members)
+"""
 
 
 def summary_prompts(stub: OpenAIStub, start: int) -> set[str]:
