@@ -52,6 +52,7 @@ from incremental_cost import (  # noqa: E402
     phase_rows,
     render,
     report_answer,
+    summary_levels,
     tally,
 )
 from sqlalchemy import text  # noqa: E402
@@ -206,7 +207,10 @@ async def community_phase(
         ticked = await tick(deps, policy)
         result, outcome, ratio = ticked.result, ticked.outcome, ticked.state.ratio
     seconds = time.perf_counter() - t0
+    with stub._lock:
+        bodies = [r.body for r in stub.requests[start:] if r.path.endswith("/chat/completions")]
     out: dict[str, Any] = {
+        "summary_calls_tokens_by_level": summary_levels(bodies),
         "outcome": outcome,
         "change_ratio": None if ratio is None else round(ratio, 4),
         "threshold": policy.threshold,

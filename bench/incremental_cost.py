@@ -106,6 +106,25 @@ def report_answer(body: Mapping[str, Any]) -> str:
     )
 
 
+_LEVEL = re.compile(r"^Community \d+ \(level (\d+),")
+
+
+def summary_levels(bodies: Iterable[Mapping[str, Any]]) -> dict[int, list[int]]:
+    """Per hierarchy level (from the prompt's first line): [summary calls, prompt tokens]."""
+    out: dict[int, list[int]] = {}
+    for body in bodies:
+        if chat_kind(body) != "summary":
+            continue
+        messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
+        user = next((_text(m) for m in messages if m.get("role") == "user"), "")
+        match = _LEVEL.match(user)
+        level = int(match.group(1)) if match else -1
+        entry = out.setdefault(level, [0, 0])
+        entry[0] += 1
+        entry[1] += sum(tokens(_text(m)) + 4 for m in messages)
+    return dict(sorted(out.items()))
+
+
 def tokens(text: str) -> int:
     """The stub's token count (words and punctuation)."""
     return len(_TOKEN.findall(text))

@@ -30,6 +30,7 @@ from incremental_cost import (
     render,
     report_answer,
     reviewer,
+    summary_levels,
     tally,
 )
 
@@ -123,6 +124,11 @@ def test_tally_counts_calls_inputs_and_prompt_tokens_by_kind() -> None:
         count_tokens(m["content"]) + 4 for m in extract["messages"]
     )
     assert counts.llm_calls() == 4
+    deeper = _chat("You write a report about one community", "Community 9 (level 2, 40 entities)")
+    assert summary_levels([extract, report, deeper, deeper]) == {
+        -1: [1, counts.prompt_tokens["summary"]],  # no "(level N," in its first line
+        2: [2, 2 * sum(count_tokens(m["content"]) + 4 for m in deeper["messages"])],
+    }
 
 
 def test_report_answer_fits_the_writers_schema() -> None:
