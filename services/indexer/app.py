@@ -27,6 +27,7 @@ from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
+from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
     IndexerDeps,
     PreparedBatch,
@@ -50,6 +51,7 @@ def _record(event: faust.EventT[bytes]) -> RawRecord:
         key=message.key,
         value=message.value,
         timestamp=message.timestamp,  # faust gives seconds since the epoch
+        received_at=received_wall(message.time_in),  # faust's monitor stamps it on fetch
     )
 
 
