@@ -67,6 +67,7 @@ class Stack:
     worker: subprocess.Popen[bytes]
     pg: EmbeddedPostgres
     broker: EmbeddedBroker
+    env: dict[str, str] = field(default_factory=dict)  # the worker's; other processes reuse it
 
     def publish(self, events: list[dict[str, Any]]) -> None:
         """Publish ``events`` to the documents topic (keyed by doc_id)."""
@@ -86,18 +87,22 @@ class Stack:
 
 
 @contextlib.contextmanager
-def indexer_stack(partitions: int = 4) -> Iterator[Stack]:
-    """Start everything in a temporary home; stop and delete it all on exit."""
+def indexer_stack(
+    partitions: int = 4, env: dict[str, str] | None = None, worker_log: Path | None = None
+) -> Iterator[Stack]:
+    """Start everything in a temporary home; stop and delete it all on exit. ``env`` is added
+    to the worker's environment (e.g. its log level); ``worker_log`` takes its output."""
     home = Path(tempfile.mkdtemp(prefix="kg-bench-"))
     pg, broker = EmbeddedPostgres(home), EmbeddedBroker(home)
     url, bootstrap = pg.start(), broker.start()
     topic = f"bench-{uuid.uuid4().hex[:6]}"
     worker: subprocess.Popen[bytes] | None = None
     producer: KafkaProducer | None = None
+    log = contextlib.ExitStack()
     try:
         migrations.upgrade(url, 384)
         ensure_topics(bootstrap, {topic: partitions, f"{topic}.dlq": 1})
-        env = {
+        worker_env = {
             **os.environ,
             "KGSTREAM_HOME": str(home),
             "KGSTREAM_DATABASE_URL": url,
@@ -105,18 +110,25 @@ def indexer_stack(partitions: int = 4) -> Iterator[Stack]:
             "KGSTREAM_DOCUMENTS_TOPIC": topic,
             "KGSTREAM_DLQ_TOPIC": f"{topic}.dlq",
             "KGSTREAM_LOG_LEVEL": "WARNING",
+            **(env or {}),
         }
+        out = log.enter_context(worker_log.open("wb")) if worker_log is not None else None
         worker = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "worker", "indexer"], env=env, cwd=ROOT
+            [sys.executable, "-m", "services.cli.main", "worker", "indexer"],
+            env=worker_env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=out,
         )
         producer = make_producer(bootstrap, Settings())
-        yield Stack(home, url, topic, producer, worker, pg, broker)
+        yield Stack(home, url, topic, producer, worker, pg, broker, worker_env)
     finally:
         if producer is not None:
             producer.close()
         if worker is not None and worker.poll() is None:
             worker.terminate()
             worker.wait(timeout=60)
+        log.close()
         broker.stop()
         pg.purge()
 
