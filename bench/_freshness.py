@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MARK = "kgfresh"
 
@@ -64,7 +66,7 @@ def question(event: Mapping[str, Any], i: int) -> str:
     return f"{event['title']} {marker(i)}"
 
 
-def cycle(events: Sequence[Mapping[str, Any]], n: int, offset: int = 0) -> list[Mapping[str, Any]]:
+def cycle(events: Sequence[T], n: int, offset: int = 0) -> list[T]:
     """``n`` events taken in order from ``offset`` on, wrapping around (not empty)."""
     if not events:
         raise ValueError("no events")
