@@ -186,6 +186,10 @@ def _result(docs: Sequence[Mapping[str, Any]], seen: Seen) -> dict[str, Any]:
         "answerable": len(ready),
         "not_applied": len(seen.not_applied),
         "never_answerable": len(docs) - len(ready) - len(seen.not_applied),
+        "never_answerable_docs": [
+            {"doc_id": docs[i]["doc_id"], "committed": i in committed}
+            for i in sorted(set(published) - set(ready) - seen.not_applied)
+        ][:20],
         "api_misses": seen.api_misses,
         "published_to_committed_s": fr.summary(to_commit),
         "published_to_answerable_s": fr.summary(list(total.values())),
