@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     broker_commit_interval_s: float = Field(
         default=0.5, description="Offset commit interval: bounds redelivery after a crash."
     )
+    broker_fetch_max_wait_s: float = Field(
+        default=1.5,
+        gt=0,
+        description="Longest a consumer fetch waits at the broker for records (faust's 1.5 s). "
+        "tansu answers a waiting fetch only when this runs out, so it adds to freshness there.",
+    )
 
     # --- indexing -------------------------------------------------------
     embedding_dim: int = Field(

@@ -27,6 +27,7 @@ from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
+from services.indexer import fetch_wait
 from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
     IndexerDeps,
@@ -90,6 +91,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         observer=observer,
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
+    fetch_wait.install(app, settings.broker_fetch_max_wait_s)
     _operations(app, settings, endpoints, deps.engine)
 
     @app.agent(documents, name="index-documents")
