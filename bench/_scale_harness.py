@@ -69,6 +69,7 @@ class Stack:
     pg: EmbeddedPostgres
     broker: EmbeddedBroker
     partitions: int = 4
+    env: dict[str, str] = field(default_factory=dict)  # the workers'; other processes reuse it
 
     @property
     def worker(self) -> subprocess.Popen[bytes]:
@@ -116,16 +117,21 @@ class Stack:
 
 @contextlib.contextmanager
 def indexer_stack(
-    partitions: int = 4, workers: int = 1, env: dict[str, str] | None = None
+    partitions: int = 4,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    worker_log: Path | None = None,
 ) -> Iterator[Stack]:
     """Start everything in a temporary home, ``workers`` indexer processes in one consumer
-    group (``env`` added to theirs); stop and delete it all on exit."""
+    group; stop and delete it all on exit. ``env`` is added to the workers' environment (e.g.
+    their log level); ``worker_log`` takes their output."""
     home = Path(tempfile.mkdtemp(prefix="kg-bench-"))
     pg, broker = EmbeddedPostgres(home), EmbeddedBroker(home)
     url, bootstrap = pg.start(), broker.start()
     topic = f"bench-{uuid.uuid4().hex[:6]}"
     procs: list[subprocess.Popen[bytes]] = []
     producer: KafkaProducer | None = None
+    log = contextlib.ExitStack()
     try:
         migrations.upgrade(url, 384)
         ensure_topics(bootstrap, {topic: partitions, f"{topic}.dlq": 1})
@@ -141,16 +147,19 @@ def indexer_stack(
         }
         if workers > 1:
             worker_env["KGSTREAM_INDEXER_METRICS_PORT"] = "0"  # one port each
+        out = log.enter_context(worker_log.open("wb")) if worker_log is not None else None
         for _ in range(workers):
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "services.cli.main", "worker", "indexer"],
                     env=worker_env,
                     cwd=ROOT,
+                    stdout=out,
+                    stderr=out,
                 )
             )
         producer = make_producer(bootstrap, Settings())
-        yield Stack(home, url, topic, producer, procs, pg, broker, partitions)
+        yield Stack(home, url, topic, producer, procs, pg, broker, partitions, worker_env)
     finally:
         if producer is not None:
             producer.close()
@@ -159,6 +168,7 @@ def indexer_stack(
                 proc.terminate()
         for proc in procs:
             proc.wait(timeout=60)
+        log.close()
         broker.stop()
         pg.purge()
 

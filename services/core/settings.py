@@ -47,6 +47,13 @@ class Settings(BaseSettings):
     broker_commit_interval_s: float = Field(
         default=0.5, description="Offset commit interval: bounds redelivery after a crash."
     )
+    broker_fetch_max_wait_s: float = Field(
+        default=0.1,
+        gt=0,
+        description="Longest a consumer fetch waits at the broker for records (faust hard-codes "
+        "1.5 s). tansu does not answer a waiting fetch when records arrive, so this adds to "
+        "freshness there (1.5 s: ~0.38 s per event; docs/BENCHMARKS.md, Freshness).",
+    )
 
     # --- indexing -------------------------------------------------------
     embedding_dim: int = Field(

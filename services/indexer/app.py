@@ -27,6 +27,8 @@ from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
+from services.indexer import fetch_wait
+from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
     IndexerDeps,
     PreparedBatch,
@@ -50,6 +52,7 @@ def _record(event: faust.EventT[bytes]) -> RawRecord:
         key=message.key,
         value=message.value,
         timestamp=message.timestamp,  # faust gives seconds since the epoch
+        received_at=received_wall(message.time_in),  # faust's monitor stamps it on fetch
     )
 
 
@@ -88,6 +91,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         observer=observer,
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
+    fetch_wait.install(app, settings.broker_fetch_max_wait_s)
     _operations(app, settings, endpoints, deps.engine)
 
     @app.agent(documents, name="index-documents")

@@ -30,6 +30,7 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     timestamp: float | None = None  # the Kafka record's timestamp, seconds since the epoch
+    received_at: float | None = None  # when the consumer handed it over, seconds since the epoch
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from services.indexer.apply import apply_delete, commit_upsert
 from services.indexer.compute import Computed, UpsertPlan, compute, plan_upsert
 from services.indexer.dead_letters import dead_letter
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
+from services.indexer.event_times import EventTimes
 from services.indexer.observer import timed
 
 __all__ = [
@@ -73,6 +74,8 @@ class PreparedBatch:
     plans: dict[int, UpsertPlan]
     computed: dict[int, Computed]
     failed: dict[int, PermanentError]
+    compute_started: float  # seconds since the epoch (services/indexer/event_times.py)
+    compute_ended: float
 
 
 async def prepare_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> PreparedBatch:
@@ -80,6 +83,7 @@ async def prepare_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> Prep
     cancellation): what fails here is retried or dead-lettered by ``write_batch``."""
     observer = deps.observer
     observer.batch(len(records))
+    started = time.time()
     events: list[tuple[int, DocumentEvent]] = []
     rejected: list[tuple[int, PermanentError]] = []
     with timed(observer, "decode"):
@@ -89,13 +93,14 @@ async def prepare_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> Prep
             except PermanentError as exc:
                 rejected.append((i, exc))
     plans, computed, failed = await _compute_batch(deps, events)
-    return PreparedBatch(records, events, rejected, plans, computed, failed)
+    return PreparedBatch(records, events, rejected, plans, computed, failed, started, time.time())
 
 
 async def write_batch(deps: IndexerDeps, batch: PreparedBatch) -> list[Outcome]:
     """The write phase: dead letters, then one transaction per event in offset order, then the
     batch's progress. Returns one outcome per record; never raises (but for cancellation)."""
     observer, records = deps.observer, batch.records
+    write_started = time.time()
     outcomes: list[Outcome] = ["dead_lettered"] * len(records)
     for i, reason in batch.rejected:
         await dead_letter(deps, records[i], reason, event=None)
@@ -107,13 +112,26 @@ async def write_batch(deps: IndexerDeps, batch: PreparedBatch) -> list[Outcome]:
                     continue
                 plan, computed = batch.plans.get(i), batch.computed.get(i)
                 outcomes[i] = await _settle(deps, records[i], event, plan, computed)
-                log.info("%s %s", event.type, outcomes[i])
+                times = _times(batch, records[i], write_started)
+                log.info("%s %s (%s)", event.type, outcomes[i], times.describe())
                 if outcomes[i] in ("applied", "deleted"):
                     _observe_freshness(deps, records[i], event)
     await progress.batch_done(deps, records)
     for outcome in outcomes:
         observer.outcome(outcome)
     return outcomes
+
+
+def _times(batch: PreparedBatch, record: RawRecord, write_started: float) -> EventTimes:
+    """The event's way from publish to now (its commit), part by part."""
+    return EventTimes(
+        published=record.timestamp,
+        received=record.received_at,
+        compute_started=batch.compute_started,
+        compute_ended=batch.compute_ended,
+        write_started=write_started,
+        committed=time.time(),
+    )
 
 
 def _observe_freshness(deps: IndexerDeps, record: RawRecord, event: DocumentEvent) -> None:
