@@ -378,8 +378,11 @@ def status(
 
     async def go() -> dict[str, Any] | None:
         try:
-            if watch:  # runs until Ctrl-C cancels it
-                await watch_status(read, interval_s=interval, as_json=json_out)
+            if watch:  # runs until Ctrl-C: the read under way ends, then the loop
+                stop = asyncio.Event()
+                asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+                await watch_status(read, interval_s=interval, as_json=json_out, stop=stop)
+                typer.echo("")
                 return None
             return await read()
         finally:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -88,10 +89,13 @@ async def watch(
     interval_s: float,
     as_json: bool,
     out: TextIO = sys.stdout,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Print the status every ``interval_s`` seconds until cancelled: the screen is cleared
-    first on a terminal; ``as_json`` prints one compact JSON document per line instead."""
-    while True:
+    """Print the status every ``interval_s`` seconds until ``stop`` is set (or the task is
+    cancelled): the screen is cleared first on a terminal; ``as_json`` prints one compact JSON
+    document per line instead. A read under way when ``stop`` is set finishes first."""
+    stop = stop or asyncio.Event()
+    while not stop.is_set():
         data = await read()
         if as_json:
             out.write(json.dumps(data) + "\n")
@@ -102,4 +106,5 @@ async def watch(
             out.write(f"kgstream status at {stamp} (every {interval_s:g}s, Ctrl-C to stop)\n")
             out.write(render(data) + "\n\n")
         out.flush()
-        await asyncio.sleep(interval_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
