@@ -8,18 +8,19 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from services.eval import metrics as eval_metrics
+
 T = TypeVar("T")
 
 MARK = "kgfresh"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q``-th percentile (0 < q ≤ 100) of ``values`` (not empty)."""
+    """The nearest-rank ``q``-th percentile (0 < q ≤ 100) of ``values`` (not empty: an empty
+    list is an error here, where eval's ``percentile`` reports 0)."""
     if not values:
         raise ValueError("no values")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return eval_metrics.percentile(values, q)
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:
