@@ -4,22 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-COLUMNS = ("recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n")
-
 
 def table(report: dict[str, Any]) -> str:
-    """One row per mode and question type."""
+    """One row per mode and question type, then per number of gold documents ("2 gold")."""
     k = report["k"]
-    head = f"{'mode':<8} {'type':<11} {'R@' + str(k):>6} {'all@' + str(k):>7} {'MRR':>6}"
-    lines = [head + f" {'p50 ms':>8} {'p99 ms':>8} {'n':>4}"]
+    head = (
+        f"{'mode':<8} {'type':<11} {'R@2':>6} {'R@5':>6} {'R@' + str(k):>6} {'all@' + str(k):>7}"
+        f" {'MRR':>6} {'EM':>6} {'F1':>6} {'has':>6} {'p50 ms':>8} {'p99 ms':>8} {'n':>4}"
+    )
+    lines = [head]
     for mode, rep in report["modes"].items():
         if "unavailable" in rep:
             lines.append(f"{mode:<8} unavailable: {rep['unavailable']}")
             continue
-        rows = [("overall", rep["overall"]), *rep["by_type"].items()]
+        gold = [(f"{g} gold", m) for g, m in rep.get("by_gold", {}).items()]
+        rows = [("overall", rep["overall"]), *rep["by_type"].items(), *gold]
         for kind, m in rows:
             lines.append(
-                f"{mode:<8} {kind:<11} {m['recall']:>6.3f} {m['all_gold']:>7.3f} {m['mrr']:>6.3f}"
+                f"{mode:<8} {kind:<11} {m['recall_at_2']:>6.3f} {m['recall_at_5']:>6.3f}"
+                f" {m['recall']:>6.3f} {m['all_gold']:>7.3f} {m['mrr']:>6.3f}"
+                f" {m['answer_em']:>6.3f} {m['answer_f1']:>6.3f} {m['answer_contains']:>6.3f}"
                 f" {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['n']:>4}"
             )
+    lines.append("EM / F1: SQuAD-normalised exact match and token F1; has: answer contains it")
     return "\n".join(lines)

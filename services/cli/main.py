@@ -319,27 +319,44 @@ def eval_cmd(
     database_url: Annotated[
         str | None, typer.Option(help="Use this database instead of a fresh embedded one.")
     ] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="Keep the embedded database in this directory and reuse its ingest on later "
+            "runs with the same events and ingest settings (a ranking change is evaluated in "
+            "seconds).",
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Retrieval quality by doc_id: ingest the events into a fresh embedded PostgreSQL (in a
-    temporary home, removed afterwards) in-process through the indexer's handler — no broker
-    is needed — then ask every question in every mode. Reports recall@k, all-gold@k, MRR,
-    latency p50/p99 and n, overall and per question type. Global mode needs a published
-    community snapshot: it is reported unavailable when the community engine cannot build one."""
+    """Retrieval and answer quality: ingest the events into a fresh embedded PostgreSQL (in a
+    temporary home, removed afterwards, or kept with --keep) in-process through the indexer's
+    handler — no broker is needed — then ask every question in every mode. Reports recall@2,
+    @5 and @k, all-gold@k, MRR by doc_id; answer exact match, token F1 and containment against
+    the reference answer and its aliases; latency p50/p99 and n: overall, per question type
+    and per number of gold documents. Global mode needs a published community snapshot: it is
+    reported unavailable when the community engine cannot build one."""
     from services.cli.evaluate import table
-    from services.eval.runner import MODES, EvalConfig, evaluate
+    from services.eval.runner import MODES, EvalConfig, EvalInputError, evaluate
 
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = sorted(set(chosen) - set(MODES))
     if unknown or not chosen:
         raise _fail(f"unknown mode(s) {unknown}: choose from {', '.join(MODES)}", 2)
+    if keep is not None and database_url:
+        raise _fail("--keep and --database-url exclude each other: --keep manages its own", 2)
     settings = _settings()
-    config = EvalConfig(events, questions, chosen, k, database_url, progress=True)
-    outcome = asyncio.run(evaluate(settings, config))
+    config = EvalConfig(events, questions, chosen, k, database_url, keep=keep, progress=True)
+    try:
+        outcome = asyncio.run(evaluate(settings, config))
+    except EvalInputError as exc:
+        raise _fail(str(exc), 2) from exc
     if json_out:
         typer.echo(json.dumps(outcome.to_json()))
         return
-    typer.echo(f"ingest: {outcome.ingest}")
+    if outcome.ingest:
+        typer.echo(f"ingest: {outcome.ingest}")
     for note in outcome.notes:
         typer.echo(f"note: {note}")
     typer.echo(table(outcome.to_json()))

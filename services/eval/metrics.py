@@ -1,12 +1,16 @@
-"""Retrieval metrics by doc_id (pure): recall@k, all-gold@k, MRR, latency percentiles, and the
-per-mode summary the eval command prints."""
+"""Retrieval and answer metrics (pure): recall@2/@5/@k, all-gold@k and MRR by doc_id, answer
+exact match / token F1 / containment (services/eval/answer_scores.py), latency percentiles, and
+the per-mode summary the eval command prints: overall, by question type, by number of gold
+documents (the hop count of a multi-hop question)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from services.eval.answer_scores import best_over, contains, exact_match, token_f1
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,8 @@ class QuestionResult:
     gold: frozenset[str]
     latency_ms: float
     mode_used: str = ""
+    answer: str = ""
+    references: tuple[str, ...] = ()  # the reference answer and its aliases
 
 
 def dedupe(doc_ids: Iterable[str]) -> list[str]:
@@ -54,13 +60,20 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 
 def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
-    """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n"} over the results."""
+    """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5",
+    "answer_em", "answer_f1", "answer_contains"} over the results ("recall" is recall@k).
+    Answer metrics average over the questions that have a reference answer (0 when none has)."""
     n = len(results)
 
-    def mean(xs: Iterable[float]) -> float:
-        return round(sum(xs) / n, 4) if n else 0.0
+    def mean(xs: Iterable[float], over: int = n) -> float:
+        return round(sum(xs) / over, 4) if over else 0.0
 
     latencies = [r.latency_ms for r in results]
+    answered = [r for r in results if r.references]
+
+    def answers(score: Callable[[str, str], float]) -> float:
+        return mean((best_over(score, r.answer, r.references) for r in answered), len(answered))
+
     return {
         "recall": mean(recall_at(r.ranked_doc_ids, r.gold, k) for r in results),
         "all_gold": mean(all_gold_at(r.ranked_doc_ids, r.gold, k) for r in results),
@@ -68,13 +81,21 @@ def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
         "p50_ms": round(percentile(latencies, 50), 1),
         "p99_ms": round(percentile(latencies, 99), 1),
         "n": n,
+        "recall_at_2": mean(recall_at(r.ranked_doc_ids, r.gold, 2) for r in results),
+        "recall_at_5": mean(recall_at(r.ranked_doc_ids, r.gold, 5) for r in results),
+        "answer_em": answers(exact_match),
+        "answer_f1": answers(token_f1),
+        "answer_contains": answers(contains),
     }
 
 
 def mode_report(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
-    """{"overall": summary, "by_type": {question_type: summary}} for one mode."""
+    """{"overall": summary, "by_type": {question_type: summary}, "by_gold": {number of gold
+    documents: summary}} for one mode."""
     types = sorted({r.question_type for r in results})
+    golds = sorted({len(r.gold) for r in results})
     return {
         "overall": summarise(results, k),
         "by_type": {t: summarise([r for r in results if r.question_type == t], k) for t in types},
+        "by_gold": {str(g): summarise([r for r in results if len(r.gold) == g], k) for g in golds},
     }

@@ -1,12 +1,14 @@
 """`kgstream eval`: ingest events into a fresh database in-process (no broker), then run every
-question in every mode and summarise by doc_id.
+question in every mode and summarise retrieval by doc_id and the answers against the reference.
 
-The database is an embedded PostgreSQL in a temporary home unless a URL is given; events go
-through the indexer's own ``handle_batch`` (the same code as the stream), 16 at a time."""
+The database is an embedded PostgreSQL in a temporary home unless a URL is given, or kept in a
+directory (``--keep``) so later runs skip the ingest; events go through the indexer's own
+``handle_batch`` (the same code as the stream), 16 at a time."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import tempfile
@@ -26,6 +28,7 @@ from services.core.infra.postgres import EmbeddedPostgres
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
+from services.eval.answer_scores import references
 from services.eval.communities import ensure_snapshot
 from services.eval.metrics import QuestionResult, dedupe, mode_report
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
@@ -48,6 +51,7 @@ class EvalConfig:
     modes: Sequence[str] = MODES
     k: int = 10
     database_url: str | None = None
+    keep: Path | None = None  # an embedded home kept between runs (the ingest is reused)
     progress: bool = True
     on_service: Callable[[QueryService], QueryService] | None = None  # benchmarks tweak knobs
 
@@ -62,14 +66,31 @@ class EvalOutcome:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """The documented `--json` shape: {"k", "modes": {mode: {"overall", "by_type"}}}."""
+        """The documented `--json` shape: {"k", "modes": {mode: {"overall", "by_type",
+        "by_gold"}}}."""
         return {"k": self.k, "modes": self.modes}
 
 
+class EvalInputError(ValueError):
+    """Input the eval cannot use (a bad JSONL line, a --keep directory that is not ours)."""
+
+
 def load_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Non-blank lines of a JSONL file as objects."""
+    """Non-blank lines of a JSONL file as objects; a line that is not a JSON object is an
+    EvalInputError naming the file and line."""
+    out = []
     with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise EvalInputError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if not isinstance(value, dict):
+                raise EvalInputError(f"{path}:{number}: not a JSON object")
+            out.append(value)
+    return out
 
 
 @contextlib.contextmanager
@@ -83,6 +104,64 @@ def fresh_database(settings: Settings) -> Iterator[str]:
             yield url
         finally:
             pg.purge()
+
+
+# Settings whose value changes what the ingest (or the community snapshot) produces: a kept
+# database built under other values is rebuilt. A prefix rule, so a new knob is covered.
+INGEST_PREFIXES = (
+    "embedding_",
+    "extractor_",
+    "extraction_",
+    "spacy_",
+    "chunk_",
+    "max_document_",
+    "llm_model",
+    "resolution_",
+    "communities_",
+    "community_report",
+)
+KEEP_MARKER = "kgstream-eval.json"
+
+
+def ingest_fingerprint(settings: Settings, events: Path) -> dict[str, Any]:
+    """What a kept database was built from: the events file's sha256 and the ingest settings."""
+    digest = hashlib.sha256(events.read_bytes()).hexdigest()
+    dumped = settings.model_dump(mode="json")
+    knobs = {k: v for k, v in sorted(dumped.items()) if k.startswith(INGEST_PREFIXES)}
+    return {"events_sha256": digest, "settings": knobs}
+
+
+@contextlib.contextmanager
+def kept_database(
+    settings: Settings, home: Path, fingerprint: dict[str, Any], notes: list[str]
+) -> Iterator[tuple[str, bool]]:
+    """(URL, whether it already holds this ingest) of an embedded PostgreSQL kept in ``home``
+    (stopped afterwards, not deleted). A home built from other events or settings, or whose
+    ingest did not finish, is rebuilt; a non-empty directory that is not a kept eval home is
+    refused. The marker says ``"ingested": true`` only once the run succeeded."""
+    marker = home / KEEP_MARKER
+    if home.exists() and any(home.iterdir()) and not marker.exists():
+        raise EvalInputError(
+            f"--keep {home}: the directory is not empty and holds no kept eval database "
+            f"({KEEP_MARKER} is missing); choose a new or empty directory"
+        )
+    pg = EmbeddedPostgres(home, settings.embedded_user)
+    found = json.loads(marker.read_text()) if marker.exists() else None
+    reuse = found == {"fingerprint": fingerprint, "ingested": True}
+    if found is not None and not reuse:
+        notes.append(f"--keep {home}: built from other events or settings, or unfinished; rebuilt")
+        pg.purge()
+    home.mkdir(parents=True, exist_ok=True)
+    if not reuse:
+        marker.write_text(json.dumps({"fingerprint": fingerprint, "ingested": False}) + "\n")
+    try:
+        url = pg.start()
+        migrations.upgrade(url, settings.embedding_dim)
+        yield url, reuse
+        if not reuse:
+            marker.write_text(json.dumps({"fingerprint": fingerprint, "ingested": True}) + "\n")
+    finally:
+        pg.stop()
 
 
 async def ingest(
@@ -143,6 +222,8 @@ async def run_questions(
                 gold=frozenset(q.get("gold_doc_ids", [])),
                 latency_ms=latency,
                 mode_used=resp.mode_used,
+                answer=resp.answer,
+                references=references(q),
             )
         )
     return results
@@ -154,7 +235,16 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
     events, questions = load_jsonl(config.events), load_jsonl(config.questions)
     outcome = EvalOutcome(k=config.k)
     with contextlib.ExitStack() as stack:
-        url = config.database_url or stack.enter_context(fresh_database(settings))
+        reuse = False
+        if config.database_url:
+            url = config.database_url
+        elif config.keep is not None:
+            fingerprint = ingest_fingerprint(settings, config.events)
+            url, reuse = stack.enter_context(
+                kept_database(settings, config.keep, fingerprint, outcome.notes)
+            )
+        else:
+            url = stack.enter_context(fresh_database(settings))
         engine = make_engine(url)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
         client = process_client(settings)  # the process's one OpenAI client (None offline)
@@ -168,7 +258,10 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
             publish_dead_letter=_no_dead_letter_topic,
         )
         try:
-            outcome.ingest = await ingest(deps, events, config.progress)
+            if reuse:
+                outcome.notes.append(f"--keep {config.keep}: ingest reused")
+            else:
+                outcome.ingest = await ingest(deps, events, config.progress)
             unavailable = None
             if "global" in config.modes:
                 unavailable = await ensure_snapshot(engine, settings, url)

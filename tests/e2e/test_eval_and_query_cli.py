@@ -21,40 +21,72 @@ from tests.support.server import serving
 
 pytestmark = pytest.mark.e2e
 SAMPLE = Path(__file__).resolve().parents[2] / "services" / "cli" / "sample"
-METRICS = {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n"}
+METRICS = {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5"}
+METRICS |= {"answer_em", "answer_f1", "answer_contains"}
 
 
-def test_eval_on_the_sample(tmp_path: Path) -> None:
-    env = user_env(tmp_path / "home")
+def run_eval(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`kgstream eval` on the sample as a user runs it."""
     args = ["eval", "--events", str(SAMPLE / "events.jsonl")]
-    args += ["--questions", str(SAMPLE / "questions.jsonl"), "--json"]
-    done = subprocess.run(
+    args += ["--questions", str(SAMPLE / "questions.jsonl"), *extra]
+    return subprocess.run(
         [sys.executable, "-m", "services.cli.main", *args],
-        env=env,
+        env=user_env(tmp_path / "home"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
+
+
+def test_eval_on_the_sample(tmp_path: Path) -> None:
+    done = run_eval(tmp_path, "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["k"] == 10
     assert list(report["modes"]) == ["vector", "local", "global", "auto"]
     for mode, rep in report["modes"].items():
-        assert set(rep) == {"overall", "by_type"}, mode
+        assert set(rep) == {"overall", "by_type", "by_gold"}, mode
         assert set(rep["by_type"]) == {"bridge", "comparison"}
-        for summary in [rep["overall"], *rep["by_type"].values()]:
+        assert set(rep["by_gold"]) == {"2"}
+        for summary in [rep["overall"], *rep["by_type"].values(), *rep["by_gold"].values()]:
             assert set(summary) == METRICS
-            assert 0 <= summary["recall"] <= 1
+            assert 0 <= summary["recall_at_2"] <= summary["recall_at_5"] <= summary["recall"] <= 1
             assert 0 <= summary["all_gold"] <= summary["recall"] <= 1
+            assert 0 <= summary["answer_em"] <= summary["answer_f1"] <= 1
+            assert 0 <= summary["answer_contains"] <= 1
             assert 0 < summary["p50_ms"] <= summary["p99_ms"]
-        assert rep["overall"]["n"] == 12
+        assert rep["overall"]["n"] == rep["by_gold"]["2"]["n"] == 12
         assert rep["by_type"]["bridge"]["n"] == 9
     for mode in ("vector", "local", "auto"):
         assert report["modes"][mode]["overall"]["all_gold"] >= 0.9, mode
     # the embedded server of the temporary home is gone
     assert not list((tmp_path / "home").glob("**/postmaster.pid"))
+
+
+def test_eval_keep_reuses_the_ingest(tmp_path: Path) -> None:
+    keep = tmp_path / "kept"
+    first = run_eval(tmp_path, "--keep", str(keep), "--modes", "vector,local", "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert not list(keep.glob("**/postmaster.pid"))  # stopped, not left running
+    again = run_eval(tmp_path, "--keep", str(keep), "--modes", "vector,local")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "ingest reused" in again.stdout
+    assert "ingest:" not in again.stdout  # nothing was ingested the second time
+    table = again.stdout
+    for mode, rep in json.loads(first.stdout)["modes"].items():  # same database, same ranking
+        row = next(line for line in table.splitlines() if line.startswith(f"{mode:<8} overall"))
+        assert f"{rep['overall']['all_gold']:.3f}" in row
+        assert f"{rep['overall']['mrr']:.3f}" in row
+    # a directory that is not a kept eval database is refused, untouched
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    refused = run_eval(tmp_path, "--keep", str(foreign))
+    assert refused.returncode == 2
+    assert "holds no kept eval database" in refused.stderr
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
 
 
 @pytest.fixture

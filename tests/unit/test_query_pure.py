@@ -37,17 +37,51 @@ def test_metrics_by_doc_id() -> None:
 
 
 def test_mode_report_shape() -> None:
+    three = frozenset({"a", "b", "c"})
     results = [
-        QuestionResult("1", "bridge", ["a", "b"], GOLD, 10.0),
-        QuestionResult("2", "comparison", ["x", "a"], GOLD, 30.0),
+        QuestionResult(
+            "1", "bridge", ["a", "b"], GOLD, 10.0, answer="Paris [doc-a]", references=("Paris",)
+        ),
+        QuestionResult(
+            "2",
+            "comparison",
+            ["x", "a"],
+            GOLD,
+            30.0,
+            answer="It is in Lyon.",
+            references=("Paris", "Lyon"),
+        ),
+        QuestionResult(
+            "3", "3hop", ["x", "y", "a", "b", "c"], three, 20.0, answer="no idea", references=()
+        ),
     ]
     report = mode_report(results, k=10)
-    assert set(report) == {"overall", "by_type"}
-    assert set(report["overall"]) == {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n"}
-    assert report["overall"]["all_gold"] == 0.5
-    assert report["overall"]["mrr"] == 0.75
+    assert set(report) == {"overall", "by_type", "by_gold"}
+    assert set(report["overall"]) == {
+        "recall",
+        "all_gold",
+        "mrr",
+        "p50_ms",
+        "p99_ms",
+        "n",
+        "recall_at_2",
+        "recall_at_5",
+        "answer_em",
+        "answer_f1",
+        "answer_contains",
+    }
+    assert report["overall"]["all_gold"] == pytest.approx(2 / 3, abs=1e-4)
+    assert report["overall"]["mrr"] == pytest.approx((1 + 0.5 + 1 / 3) / 3, abs=1e-4)
+    assert report["overall"]["recall_at_2"] == pytest.approx((1 + 0.5 + 0) / 3, abs=1e-4)
+    assert report["overall"]["recall_at_5"] == pytest.approx((1 + 0.5 + 1) / 3, abs=1e-4)
+    # answer metrics average over the two questions that have a reference
+    assert report["overall"]["answer_em"] == 0.5  # "Paris" after its citation is removed
+    assert report["overall"]["answer_contains"] == 1.0  # "Lyon" is an alias
     assert report["by_type"]["bridge"]["n"] == 1
     assert report["by_type"]["comparison"]["recall"] == 0.5
+    assert set(report["by_gold"]) == {"2", "3"}
+    assert report["by_gold"]["3"]["all_gold"] == 1.0
+    assert report["by_gold"]["3"]["answer_f1"] == 0.0
 
 
 @pytest.mark.parametrize(
