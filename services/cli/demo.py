@@ -122,6 +122,8 @@ def _ask(stack: Stack, q: dict[str, Any]) -> None:
     gold = set(q.get("gold_doc_ids", []))
     print(f"\nQ: {q['question']}")
     print(f"A: {resp['answer']}")
+    if resp.get("support"):
+        print(f"   from: {resp['support']}")
     print(f"   (reference answer: {q.get('answer')}; mode {resp['mode_used']})")
     for ctx in resp["contexts"]:
         mark = "*" if ctx["doc_id"] in gold else " "
@@ -170,6 +172,8 @@ def _ask_global(stack: Stack, question: str) -> None:
     resp = httpx.post(f"{stack.api_url}/v1/query", json=body, timeout=60).json()
     print(f"\nQ (global): {question}")
     print(f"A: {resp['answer']}")
+    if resp.get("support"):
+        print(f"   from: {resp['support']}")
     print(f"   (mode {resp['mode_used']}, snapshot {resp['snapshot_id']})")
     for c in resp["communities"]:
         print(f"   community {c['id']} (level {c['level']}, {c['size']} entities): {c['title']}")

@@ -299,6 +299,8 @@ def query(
         typer.echo(resp.model_dump_json(indent=2))
         return
     typer.echo(f"[{resp.mode_used}] {resp.answer}")
+    if resp.support:
+        typer.echo(f"  from: {resp.support}")
     for i, ctx in enumerate(resp.contexts, 1):
         typer.echo(f"  {i}. {ctx.title} ({ctx.doc_id}) score={ctx.score:.3f}")
     for route in resp.routes:
@@ -328,6 +330,12 @@ def eval_cmd(
             "seconds).",
         ),
     ] = None,
+    details: Annotated[
+        Path | None,
+        typer.Option(
+            dir_okay=False, help="Also write one JSON line per mode and question to this file."
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Retrieval and answer quality: ingest the events into a fresh embedded PostgreSQL (in a
@@ -352,6 +360,9 @@ def eval_cmd(
         outcome = asyncio.run(evaluate(settings, config))
     except EvalInputError as exc:
         raise _fail(str(exc), 2) from exc
+    if details is not None:
+        with details.open("w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in outcome.details())
     if json_out:
         typer.echo(json.dumps(outcome.to_json()))
         return

@@ -1,8 +1,10 @@
-"""Entity-name normalisation: the first, exact-match step of entity resolution."""
+"""Text normalisation: entity names (the first, exact-match step of entity resolution) and
+answers (SQuAD's normalize_answer, shared by the offline answer and the eval's scoring)."""
 
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 
 # Word-final corporate designators; "s.a." and "n.v." arrive here without their dots.
@@ -67,3 +69,13 @@ def entity_key(name: str) -> str:
         return key
     # Nothing alphanumeric survived (e.g. a name made only of symbols): stay deterministic.
     return _SPACE_RE.sub(" ", unicodedata.normalize("NFKC", name).casefold()).strip()
+
+
+_ANSWER_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def answer_key(text: str) -> str:
+    """SQuAD's normalize_answer: lower case, no punctuation, no articles, single spaces."""
+    lowered = text.lower().translate(_PUNCTUATION)
+    return " ".join(_ANSWER_ARTICLES_RE.sub(" ", lowered).split())

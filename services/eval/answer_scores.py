@@ -8,14 +8,13 @@ scoring: they are provenance, not answer text."""
 from __future__ import annotations
 
 import re
-import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from services.core.normalize import answer_key
+
 _CITATION = re.compile(r"\[[^\[\]]*\]")
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 def strip_citations(answer: str) -> str:
@@ -23,10 +22,7 @@ def strip_citations(answer: str) -> str:
     return _CITATION.sub(" ", answer)
 
 
-def normalise(text: str) -> str:
-    """SQuAD's normalize_answer: lower case, no punctuation, no articles, single spaces."""
-    lowered = text.lower().translate(_PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", lowered).split())
+normalise = answer_key  # SQuAD's normalize_answer (services/core/normalize.py)
 
 
 def exact_match(prediction: str, reference: str) -> float:

@@ -89,6 +89,25 @@ def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
     }
 
 
+def question_row(r: QuestionResult, k: int) -> dict[str, Any]:
+    """One question's result as a JSON row (`kgstream eval --details`)."""
+    return {
+        "qid": r.qid,
+        "question_type": r.question_type,
+        "mode_used": r.mode_used,
+        "ranked_doc_ids": r.ranked_doc_ids,
+        "gold_doc_ids": sorted(r.gold),
+        "all_gold": all_gold_at(r.ranked_doc_ids, r.gold, k),
+        "recall": recall_at(r.ranked_doc_ids, r.gold, k),
+        "answer": r.answer,
+        "references": list(r.references),
+        "answer_em": best_over(exact_match, r.answer, r.references),
+        "answer_f1": round(best_over(token_f1, r.answer, r.references), 4),
+        "answer_contains": best_over(contains, r.answer, r.references),
+        "latency_ms": round(r.latency_ms, 1),
+    }
+
+
 def mode_report(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
     """{"overall": summary, "by_type": {question_type: summary}, "by_gold": {number of gold
     documents: summary}} for one mode."""

@@ -30,7 +30,7 @@ from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.eval.answer_scores import references
 from services.eval.communities import ensure_snapshot
-from services.eval.metrics import QuestionResult, dedupe, mode_report
+from services.eval.metrics import QuestionResult, dedupe, mode_report, question_row
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.handlers import handle_batch
 from services.query_api.schemas import QueryRequest
@@ -64,11 +64,18 @@ class EvalOutcome:
     modes: dict[str, dict[str, Any]] = field(default_factory=dict)
     ingest: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    results: dict[str, list[QuestionResult]] = field(default_factory=dict)  # per mode
 
     def to_json(self) -> dict[str, Any]:
         """The documented `--json` shape: {"k", "modes": {mode: {"overall", "by_type",
         "by_gold"}}}."""
         return {"k": self.k, "modes": self.modes}
+
+    def details(self) -> Iterator[dict[str, Any]]:
+        """One row per mode and question: what was ranked and answered, and its scores."""
+        for mode, results in self.results.items():
+            for r in results:
+                yield {"mode": mode, **question_row(r, self.k)}
 
 
 class EvalInputError(ValueError):
@@ -278,6 +285,7 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
                     continue
                 results = await run_questions(service, questions, mode, config.k, config.progress)
                 outcome.modes[mode] = mode_report(results, config.k)
+                outcome.results[mode] = results
         finally:
             await engine.dispose()
     return outcome

@@ -1,6 +1,7 @@
-"""Answers. Offline: extractive, the best supporting sentence quoted with its source, never an
-invented answer. With an LLM: an answer synthesised from the numbered contexts, citing them as
-[n]; for global questions a map-reduce over community summaries."""
+"""Answers. Offline: extractive, never invented: the span the question asks for
+(services/query_api/answer_span.py) with the sentence it was read from, else the best supporting
+sentence quoted with its source. With an LLM: an answer synthesised from the numbered contexts,
+citing them as [n]; for global questions a map-reduce over community summaries."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import re
 from collections.abc import Sequence
 
+from services.query_api.answer_span import Mention, answer_span
 from services.query_api.llm import ChatModel, ChatReply
 from services.query_api.schemas import CommunityHit, Context
 
@@ -30,6 +32,17 @@ REDUCE_SYSTEM = (
     "Combine the analysts' points (each tagged with its community in square brackets) into one "
     "answer to the question. Keep the community tags as citations. Use only these points."
 )
+
+
+def extractive(
+    question: str, contexts: Sequence[Context], mentions: Sequence[Mention]
+) -> tuple[str, str]:
+    """(answer, support): the span the question asks for, cited, with its sentence; else the
+    best supporting sentence (and no separate support)."""
+    span = answer_span(question, contexts, mentions)
+    if span is None:
+        return extractive_answer(question, contexts), ""
+    return f"{span.text} [{span.doc_id}]", f"{span.sentence} [{span.doc_id}]"
 
 
 def extractive_answer(question: str, contexts: Sequence[Context], top: int = 3) -> str:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
+from services.query_api.answer_span import Mention
 from services.query_api.schemas import CommunityHit, Context, Hop, Mode, Route
 from services.query_api.vector import Ranked, load_chunks
 
@@ -22,6 +24,22 @@ class Retrieval:
     communities: list[CommunityHit] = field(default_factory=list)
     grounded: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    mentions: list[Mention] = field(default_factory=list)  # in the contexts (offline answers)
+
+
+# The entities the indexer found in chunks the caller has already been shown: surfaces and
+# labels come from those chunks' own text, so no visibility filter is needed.
+_CONTEXT_MENTIONS = text(
+    "SELECT chunk_id, surface, type FROM mentions WHERE chunk_id = ANY(:c) ORDER BY chunk_id, id"
+)
+
+
+async def context_mentions(conn: AsyncConnection, contexts: list[Context]) -> list[Mention]:
+    """The mentions in these (already visible) contexts."""
+    if not contexts:
+        return []
+    rows = await conn.execute(_CONTEXT_MENTIONS, {"c": [c.chunk_id for c in contexts]})
+    return [Mention(int(c), str(s), str(t)) for c, s, t in rows.all()]
 
 
 async def contexts_for(conn: AsyncConnection, ranked: Ranked, *, caller: Caller) -> list[Context]:

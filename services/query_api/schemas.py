@@ -97,6 +97,10 @@ class QueryResponse(BaseModel):
     """Answer plus the contexts (and paths, communities) it came from."""
 
     answer: str
+    support: str = Field(
+        default="",
+        description="Offline answers: the sentence the answer was read from, with its source.",
+    )
     mode_used: Mode
     snapshot_id: int | None = None
     contexts: list[Context]

@@ -21,13 +21,14 @@ from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extra
 from services.core.settings import Settings
 from services.query_api import answer as answers
 from services.query_api import router
+from services.query_api.answer_span import TOP_CONTEXTS
 from services.query_api.global_mode import global_retrieve
 from services.query_api.grounding import ground
 from services.query_api.lexical import CorpusStats, StatsCache
 from services.query_api.llm import ChatModel, ChatReply, OpenAIChat, Usage
 from services.query_api.local import LocalWeights, Ranker, local_search
 from services.query_api.paths import path_retrieve
-from services.query_api.retrieval import Retrieval, contexts_for
+from services.query_api.retrieval import Retrieval, context_mentions, contexts_for
 from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
 from services.query_api.snapshot import read_snapshot
 from services.query_api.vector import hybrid_search
@@ -106,17 +107,21 @@ class QueryService:
                 snapshot_id=snapshot_id,
                 caller=caller,
             )
+            if self.llm is None and result.mode != "global":  # the offline answer reads them
+                top = result.contexts[:TOP_CONTEXTS]
+                result.mentions = await context_mentions(conn, top)
         t_retrieve = time.perf_counter()
         try:
-            text_answer = await self._answer(req, result, usage)
+            text_answer, support = await self._answer(req, result, usage)
         except Exception as exc:  # noqa: BLE001 - a failed LLM still leaves the passages
             result.notes.append(f"LLM answer failed ({type(exc).__name__}); extractive answer")
-            text_answer = _offline_answer(req, result)
+            text_answer, support = _offline_answer(req, result)
         t_end = time.perf_counter()
         if routed_why:
             result.notes.insert(0, routed_why)
         return QueryResponse(
             answer=text_answer,
+            support=support,
             mode_used=result.mode,
             snapshot_id=snapshot_id,
             contexts=result.contexts
@@ -249,16 +254,19 @@ class QueryService:
         extraction = found[0]
         return [e.name for e in extraction.entities]
 
-    async def _answer(self, req: QueryRequest, result: Retrieval, usage: Usage) -> str:
+    async def _answer(self, req: QueryRequest, result: Retrieval, usage: Usage) -> tuple[str, str]:
+        """(answer, supporting sentence: offline answers only)."""
         if self.llm is None:
             return _offline_answer(req, result)
         if result.mode == "global" and result.communities:
-            return await self._map_reduce(req.question, result, usage)
+            return await self._map_reduce(req.question, result, usage), ""
         if not result.contexts:
-            return answers.NO_ANSWER
+            return answers.NO_ANSWER, ""
         reply = await self.run_blocking(answers.synthesise, self.llm, req.question, result.contexts)
         self._count(usage, reply, "answer")
-        return reply.content.strip() or answers.extractive_answer(req.question, result.contexts)
+        if reply.content.strip():
+            return reply.content.strip(), ""
+        return _offline_answer(req, result)
 
     async def _map_reduce(self, question: str, result: Retrieval, usage: Usage) -> str:
         llm = self.llm
@@ -317,10 +325,10 @@ def build_query_service(
     )
 
 
-def _offline_answer(req: QueryRequest, result: Retrieval) -> str:
+def _offline_answer(req: QueryRequest, result: Retrieval) -> tuple[str, str]:
     if result.mode == "global" and result.communities:
-        return answers.extractive_global_answer(result.communities)
-    return answers.extractive_answer(req.question, result.contexts)
+        return answers.extractive_global_answer(result.communities), ""
+    return answers.extractive(req.question, result.contexts, result.mentions)
 
 
 async def _no_spans() -> list[str]:

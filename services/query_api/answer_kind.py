@@ -1,0 +1,153 @@
+"""What a question asks for (pure, by its wording): yes/no, a choice between named options, or a
+span of an expected kind (person, place, date, number, nationality, organisation, work). The
+rules are the classic ones of factoid QA question typing (wh-word, then the head noun after
+"what"/"which"), not weights fitted to a dev set."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# spaCy entity labels (the ones the indexer stores on mentions) per answer kind; dates and
+# numbers are found in the sentence text (the indexer does not store them as entities).
+PERSON = ("PERSON",)
+PLACE = ("GPE", "LOC", "FAC")
+NATIONALITY = ("NORP", "LANGUAGE")
+ORGANISATION = ("ORG",)
+WORK = ("WORK_OF_ART", "PRODUCT", "EVENT", "LAW")
+DATE = ("DATE",)
+NUMBER = ("NUMBER",)
+
+# Head nouns after "what"/"which"/"in which" and the kinds they ask for (first kind preferred).
+Tiers = tuple[tuple[str, ...], ...]
+HEAD_NOUNS: dict[str, Tiers] = {}
+for _nouns, _labels in (
+    (
+        "person man woman actor actress director singer author writer player politician "
+        "artist musician producer composer poet novelist comedian footballer coach king queen "
+        "president founder star host presenter character rapper guitarist drummer architect",
+        (PERSON,),
+    ),
+    (
+        "city country state town place location county region village island continent "
+        "province river mountain capital district borough neighborhood neighbourhood area "
+        "venue stadium arena airport",
+        (PLACE, ORGANISATION),
+    ),
+    ("nationality language ethnicity religion", (NATIONALITY,)),
+    (
+        "company band team organization organisation group university college school club "
+        "network channel label party agency airline firm brand newspaper magazine studio "
+        "league institution station",
+        (ORGANISATION, WORK),
+    ),
+    (
+        "film movie book novel song album show series game play opera poem work single "
+        "episode sitcom documentary",
+        (WORK, ORGANISATION),
+    ),
+    ("year date decade century month day", (DATE,)),
+    (
+        "number population amount height length size age percentage cost price distance capacity",
+        (NUMBER,),
+    ),
+):
+    for _noun in _nouns.split():
+        HEAD_NOUNS[_noun] = _labels
+        HEAD_NOUNS[_noun + "s"] = _labels
+
+
+def word_set(listed: str) -> frozenset[str]:
+    """A word set from a space-separated list (keeps the vocabularies readable)."""
+    return frozenset(listed.split())
+
+
+AUXILIARIES = word_set("is are was were do does did can could has have had will would should am")
+# Comparison words and the direction they pick: "min" = the smaller date or number wins.
+EARLIER = word_set("first earlier earliest older oldest before sooner")
+LATER = word_set("later latest younger youngest newer newest recent recently after")
+MORE = word_set(
+    "more most larger largest bigger biggest taller tallest longer longest higher highest "
+    "greater greatest heavier heaviest"
+)
+FEWER = word_set("fewer fewest less least smaller smallest shorter shortest lower lowest lighter")
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_OPTIONS = re.compile(r",\s*([^,?]+?)\s+or\s+([^,?]+?)\s*\??\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class AnswerKind:
+    """What the question asks for."""
+
+    form: str  # "yesno" | "choice" | "span"
+    tiers: tuple[tuple[str, ...], ...] = ()  # span: acceptable labels, best tier first; () = any
+    options: tuple[str, ...] = ()  # choice: the named options
+    direction: str = ""  # choice: "min" or "max" (by date or number), "" = by overlap
+    terms: frozenset[str] = field(default_factory=frozenset)  # the question's words, lowered
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased alphanumeric words."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def classify(question: str) -> AnswerKind:
+    """The answer kind of a question, by its wording."""
+    tokens = words(question)
+    terms = frozenset(tokens)
+    options = _choice_options(question)
+    if options:
+        asked = frozenset(words(_OPTIONS.sub(" ", question)))  # "first" in "First for Women"
+        return AnswerKind("choice", options=options, direction=_direction(asked), terms=terms)
+    if tokens and tokens[0] in AUXILIARIES:
+        return AnswerKind("yesno", terms=terms)
+    return AnswerKind("span", tiers=_tiers(tokens), terms=terms)
+
+
+def _choice_options(question: str) -> tuple[str, ...]:
+    """The two named options of "..., X or Y?": names (capitalised or numbers), at most eight
+    words each; empty when the question names none."""
+    match = _OPTIONS.search(question)
+    if match is None:
+        return ()
+    options = tuple(
+        re.sub(r"^(?:the|a|an)\s+", "", m.strip(" \"'"), flags=re.IGNORECASE)
+        for m in match.groups()
+    )
+    if all(o and (o[0].isupper() or o[0].isdigit()) and len(o.split()) <= 8 for o in options):
+        return options
+    return ()
+
+
+def _direction(terms: frozenset[str]) -> str:
+    if terms & (EARLIER | FEWER):
+        return "min"
+    if terms & (LATER | MORE):
+        return "max"
+    return ""
+
+
+# Wh-words that fix the kind on their own, among the question's first three words.
+OPENINGS: dict[str, Tiers] = {
+    "who": (PERSON, ORGANISATION + NATIONALITY),
+    "whom": (PERSON, ORGANISATION + NATIONALITY),
+    "whose": (PERSON, ORGANISATION + NATIONALITY),
+    "when": (DATE,),
+    "where": (PLACE, ORGANISATION),
+}
+
+
+def _tiers(tokens: list[str]) -> Tiers:
+    """Expected labels from the wh-word and the head noun after it; () = any entity."""
+    for word in tokens[:3]:
+        if word in OPENINGS:
+            return OPENINGS[word]
+    for i, word in enumerate(tokens):
+        if word == "how" and tokens[i + 1 : i + 2] in (["many"], ["much"], ["old"]):
+            return (NUMBER,)
+        if word in ("what", "which"):
+            # the first known head noun in the next few words ("what type of film", "which
+            # American actor")
+            nouns = [n for n in tokens[i + 1 : i + 5] if n in HEAD_NOUNS]
+            return HEAD_NOUNS[nouns[0]] if nouns else ()
+    return ()

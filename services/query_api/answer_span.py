@@ -1,0 +1,285 @@
+"""The offline answer (pure): find what the question asks for in the top contexts.
+
+- span questions: the sentences of the top contexts are scored by the question's words they
+  (or their passage's title) contain, each word weighted by its IDF over those contexts; the
+  candidates are the entities the indexer found in them (mentions, with their labels) plus the
+  dates and numbers in the sentence text. The answer is the candidate of the best tier of the
+  expected kind (services/query_api/answer_kind.py), in the best sentence, nearest the
+  question's words, that the question does not already name.
+- choice questions ("..., X or Y?"): the option whose passage has the smaller or larger date or
+  number when the question says which ("first", "older", "more"), else the better-matching one.
+- yes/no questions: "yes" when each named subject's passage has every word of the predicate,
+  or, for "the same ...", when their passages share an entity of that kind.
+
+Words match on their first five letters (truncation stemming), so "directed" finds "director".
+Nothing here is a weight fitted to a dev set: the orderings are lexicographic."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from services.core.normalize import answer_key as normalise
+from services.query_api.answer_kind import (
+    DATE,
+    HEAD_NOUNS,
+    NUMBER,
+    PLACE,
+    AnswerKind,
+    classify,
+    word_set,
+    words,
+)
+from services.query_api.schemas import Context
+
+TOP_CONTEXTS = 5  # the answer reads the passages recall@5 measures
+STEM = 5  # truncation stemming: the first five letters (words shorter are kept whole)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n+")
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE = re.compile(
+    rf"\b(?:(?:\d{{1,2}}\s+)?(?:{_MONTHS})(?:\s+\d{{1,2}})?,?\s+)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b"
+)
+_NUMBER = re.compile(
+    r"(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?:\s+(?:million|billion|thousand))?"
+    r"|(?<![\w.])\d+(?:\.\d+)?(?:\s+(?:million|billion|thousand))?(?![\w.])"
+)
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+# Words of the question that carry no content for matching sentences.
+FUNCTION_WORDS = word_set(
+    "a an the of in on at to for from by with and or is was are were be been being which who "
+    "whom whose what when where why how did does do that this these those it its as than both "
+    "same other also their his her they he she there has have had not but into about"
+)
+
+
+@dataclass(frozen=True)
+class Mention:
+    """An entity the indexer found in a context's chunk."""
+
+    chunk_id: int
+    surface: str
+    label: str
+
+
+@dataclass(frozen=True)
+class SpanAnswer:
+    """The answer text and the sentence (with its document) it was read from."""
+
+    text: str
+    sentence: str
+    doc_id: str
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    text: str
+    rank: int  # of its context
+    context: Context
+    score: float
+    hits: tuple[int, ...]  # word positions matching the question
+
+
+def stem(word: str) -> str:
+    """Truncation stem."""
+    return word[:STEM]
+
+
+def content_stems(text: str) -> set[str]:
+    """Stems of the content words of a text."""
+    return {stem(w) for w in words(text) if w not in FUNCTION_WORDS and len(w) > 1}
+
+
+def answer_span(
+    question: str, contexts: Sequence[Context], mentions: Iterable[Mention]
+) -> SpanAnswer | None:
+    """The answer found in the top contexts, or None when nothing of the expected kind is."""
+    top = list(contexts[:TOP_CONTEXTS])
+    if not top:
+        return None
+    kind = classify(question)
+    by_chunk: dict[int, list[Mention]] = {}
+    for m in mentions:
+        by_chunk.setdefault(m.chunk_id, []).append(m)
+    sentences = _scored_sentences(question, top)
+    if kind.form == "yesno":
+        return _yes_no(question, top, by_chunk)
+    if kind.form == "choice":
+        return _choice(kind, top, sentences)
+    return _best_span(kind, question, sentences, by_chunk)
+
+
+def _scored_sentences(question: str, top: Sequence[Context]) -> list[_Sentence]:
+    """Every sentence of the top contexts with its IDF-weighted overlap with the question."""
+    asked = content_stems(question)
+    docs = [content_stems(c.title + " " + c.text) for c in top]
+    idf = {t: math.log(1 + len(top) / df) for t in asked if (df := sum(t in d for d in docs))}
+    out = []
+    for rank, ctx in enumerate(top):
+        title = content_stems(ctx.title)
+        for text in _SENTENCE.split(ctx.text):
+            if not text.strip():
+                continue
+            tokens = [stem(w) for w in words(text)]
+            matched = (set(tokens) | title) & set(idf)
+            hits = tuple(i for i, t in enumerate(tokens) if t in idf)
+            out.append(_Sentence(text.strip(), rank, ctx, sum(idf[t] for t in matched), hits))
+    return out
+
+
+def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[str, str]]:
+    """(text, label) of the entities, dates and numbers in a sentence; a place followed by
+    ", <place>" is one place ("Columbus, Ohio"), as addresses write it."""
+    found = [(m.surface, m.label) for m in mentions if m.surface and m.surface in sentence.text]
+    places = [t for t, label in found if label in PLACE]
+    found += [
+        (f"{a}, {b}", "GPE")
+        for a in places
+        for b in places
+        if a != b and f"{a}, {b}" in sentence.text
+    ]
+    found += [(d.group(0), DATE[0]) for d in _DATE.finditer(sentence.text)]
+    found += [(n.group(0), NUMBER[0]) for n in _NUMBER.finditer(sentence.text)]
+    return found
+
+
+def _best_span(
+    kind: AnswerKind,
+    question: str,
+    sentences: Sequence[_Sentence],
+    by_chunk: dict[int, list[Mention]],
+) -> SpanAnswer | None:
+    """The candidate of the best tier, then best sentence, nearest the question's words."""
+    asked = f" {normalise(question)} "
+    best: tuple[tuple[float, ...], str, _Sentence] | None = None
+    for sentence in sentences:
+        if sentence.score <= 0:
+            continue
+        for text, label in _candidates(sentence, by_chunk.get(sentence.context.chunk_id, [])):
+            tier = _tier(kind, label)
+            said = normalise(text)
+            if tier is None or not said or f" {said} " in asked:
+                continue
+            # the longer of two otherwise equal spans is the more specific ("Columbus, Ohio")
+            key = (tier, -sentence.score, _distance(sentence, text), -len(text), sentence.rank)
+            if best is None or key < best[0]:
+                best = (key, text, sentence)
+    if best is None:
+        return None
+    _, text, sentence = best
+    return SpanAnswer(text, sentence.text, sentence.context.doc_id)
+
+
+def _tier(kind: AnswerKind, label: str) -> int | None:
+    """Index of the label's tier in the expected kind (None: not acceptable). Without an
+    expected kind, any entity is tier 0 and bare dates and numbers are not answers."""
+    if not kind.tiers:
+        return None if label in (DATE[0], NUMBER[0]) else 0
+    for i, tier in enumerate(kind.tiers):
+        if label in tier:
+            return i
+    return None
+
+
+def _distance(sentence: _Sentence, text: str) -> float:
+    """Words between the candidate and the nearest word matching the question."""
+    tokens = [stem(w) for w in words(sentence.text)]
+    first = stem(words(text)[0]) if words(text) else ""
+    where = [i for i, t in enumerate(tokens) if t == first]
+    if not where or not sentence.hits:
+        return float(len(tokens))
+    return float(min(abs(i - h) for i in where for h in sentence.hits))
+
+
+def bare_title(ctx: Context) -> str:
+    """The normalised title without a trailing disambiguation ("Pick Me Up (magazine)")."""
+    return normalise(_DISAMBIGUATION.sub("", ctx.title))
+
+
+def _passage_of(option: str, top: Sequence[Context]) -> Context | None:
+    """The context about an option: its title is the option (or contains it, or the reverse),
+    else the first context that mentions it."""
+    said = normalise(option)
+    titles = [(bare_title(c), c) for c in top]
+    for title, ctx in titles:
+        if title == said:
+            return ctx
+    for title, ctx in titles:
+        if title and (said in title or title in said):
+            return ctx
+    return next((c for c in top if said in normalise(c.text)), None)
+
+
+def _first_value(text: str, direction_kind: str) -> float | None:
+    """The first year (dates) or number in a passage."""
+    if direction_kind == "date":
+        for d in _DATE.finditer(text):
+            return float(d.group(0)[-4:])
+        return None
+    for n in _NUMBER.finditer(text):
+        value = float(n.group(0).split()[0].replace(",", ""))
+        scale = n.group(0).split()[1:] or [""]
+        return value * {"million": 1e6, "billion": 1e9, "thousand": 1e3}.get(scale[0], 1.0)
+    return None
+
+
+def _choice(
+    kind: AnswerKind, top: Sequence[Context], sentences: Sequence[_Sentence]
+) -> SpanAnswer | None:
+    """One of the named options."""
+    passages = [(option, _passage_of(option, top)) for option in kind.options]
+    found = [(o, p) for o, p in passages if p is not None]
+    if not found:
+        return None
+    if kind.direction and len(found) == len(kind.options):
+        by = "date" if not kind.terms & {"more", "most", "fewer", "less", "many"} else "number"
+        values = [(_first_value(p.text, by), o, p) for o, p in found]
+        if all(v is not None for v, _, _ in values):
+            pick = min if kind.direction == "min" else max
+            _, option, ctx = pick(values, key=lambda v: v[0] or 0.0)
+            return SpanAnswer(option, _first_sentence(ctx), ctx.doc_id)
+    # No direction (or no values): the option whose passage matches the question best.
+    score = {id(s.context): 0.0 for s in sentences}
+    for s in sentences:
+        score[id(s.context)] = max(score[id(s.context)], s.score)
+    option, ctx = max(found, key=lambda f: score.get(id(f[1]), 0.0))
+    return SpanAnswer(option, _first_sentence(ctx), ctx.doc_id)
+
+
+def _first_sentence(ctx: Context) -> str:
+    parts = [p for p in _SENTENCE.split(ctx.text) if p.strip()]
+    return parts[0].strip() if parts else ctx.text[:200]
+
+
+def _yes_no(
+    question: str,
+    top: Sequence[Context],
+    by_chunk: dict[int, list[Mention]],
+) -> SpanAnswer | None:
+    """ "yes" or "no" from the passages of the subjects the question names (the top contexts
+    whose titles occur in it)."""
+    asked = f" {normalise(question)} "
+    subjects = [c for c in top if bare_title(c) and f" {bare_title(c)} " in asked][:2]
+    if not subjects:
+        return None
+    named = set().union(*(content_stems(bare_title(c)) for c in subjects))
+    predicate = content_stems(question) - named - {stem(w) for w in ("both", "same")}
+    tokens = words(question)
+    if "same" in tokens:
+        after = [HEAD_NOUNS[n] for n in tokens[tokens.index("same") + 1 :] if n in HEAD_NOUNS]
+        labels = set(after[0][0]) if after else set()
+        if labels and len(subjects) == 2:
+            sets = [
+                {normalise(m.surface) for m in by_chunk.get(c.chunk_id, []) if m.label in labels}
+                for c in subjects
+            ]
+            verdict = "yes" if sets[0] & sets[1] else "no"
+            return SpanAnswer(verdict, _first_sentence(subjects[0]), subjects[0].doc_id)
+    if not predicate:
+        return None
+    # A "yes" needs every asked property in every subject's passage.
+    has = [len(predicate & content_stems(c.text)) / len(predicate) for c in subjects]
+    verdict = "yes" if all(h == 1.0 for h in has) else "no"
+    weakest = subjects[has.index(min(has))]
+    return SpanAnswer(verdict, _first_sentence(weakest), weakest.doc_id)

@@ -1,0 +1,154 @@
+"""The offline answer: question kinds and spans read from contexts (pure, no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.query_api.answer import extractive
+from services.query_api.answer_kind import DATE, NUMBER, PERSON, classify
+from services.query_api.answer_span import Mention, answer_span
+from services.query_api.schemas import Context
+
+
+def ctx(chunk_id: int, title: str, text: str) -> Context:
+    return Context(doc_id=f"d{chunk_id}", chunk_id=chunk_id, title=title, text=text, score=1.0)
+
+
+LELAND = ctx(
+    1,
+    "Leland, North Carolina",
+    "Leland is a town in Brunswick County, North Carolina. The film Maximum Overdrive was "
+    "shot in and around Leland in 1986.",
+)
+OVERDRIVE = ctx(
+    2,
+    "Maximum Overdrive",
+    "Maximum Overdrive is a 1986 American horror film written and directed by Stephen King. "
+    "It stars Emilio Estevez.",
+)
+MENTIONS = [
+    Mention(1, "Leland", "GPE"),
+    Mention(1, "Brunswick County", "GPE"),
+    Mention(1, "North Carolina", "GPE"),
+    Mention(1, "Maximum Overdrive", "WORK_OF_ART"),
+    Mention(2, "Maximum Overdrive", "WORK_OF_ART"),
+    Mention(2, "American", "NORP"),
+    Mention(2, "Stephen King", "PERSON"),
+    Mention(2, "Emilio Estevez", "PERSON"),
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "form", "first_tier"),
+    [
+        ("Who directed the film that was shot in Leland in 1986?", "span", PERSON),
+        ("When was the director of Jaws born?", "span", DATE),
+        ("In which year did the band release its first album?", "span", DATE),
+        ("How many people live in the town?", "span", NUMBER),
+        ("Are Christopher Nolan and Sathish Kalathil both film directors?", "yesno", None),
+        ("Which magazine was started first, Arthur's Magazine or First for Women?", "choice", None),
+    ],
+)
+def test_question_kinds(question: str, form: str, first_tier: tuple[str, ...] | None) -> None:
+    kind = classify(question)
+    assert kind.form == form
+    if first_tier is not None:
+        assert kind.tiers[0] == first_tier
+
+
+def test_choice_options_and_direction_ignore_the_options_words() -> None:
+    kind = classify("Which magazine was started first, Arthur's Magazine or First for Women?")
+    assert kind.options == ("Arthur's Magazine", "First for Women")
+    assert kind.direction == "min"
+
+
+def test_bridge_answer_is_the_person_in_the_second_hop_passage() -> None:
+    question = "Who directed the film that was shot in or around Leland, North Carolina in 1986?"
+    span = answer_span(question, [LELAND, OVERDRIVE], MENTIONS)
+    assert span is not None
+    assert span.text == "Stephen King"  # nearest "directed", not Emilio Estevez
+    assert span.doc_id == "d2"
+    assert "directed by Stephen King" in span.sentence
+
+
+def test_the_question_s_own_names_are_not_answers() -> None:
+    span = answer_span("Where is Leland?", [LELAND], MENTIONS)
+    assert span is not None
+    assert span.text == "Brunswick County, North Carolina"
+
+
+def test_dates_are_read_from_the_text() -> None:
+    span = answer_span("When was Maximum Overdrive released?", [OVERDRIVE], MENTIONS)
+    assert span is not None
+    assert span.text == "1986"
+
+
+def test_choice_by_earliest_year() -> None:
+    arthur = ctx(3, "Arthur's Magazine", "Arthur's Magazine (1844–1846) was an American monthly.")
+    women = ctx(4, "First for Women", "First for Women is a woman's magazine started in 1989.")
+    question = "Which magazine was started first, Arthur's Magazine or First for Women?"
+    span = answer_span(question, [women, arthur], [])
+    assert span is not None
+    assert span.text == "Arthur's Magazine"
+
+
+def test_yes_no_by_the_predicate_in_both_passages() -> None:
+    nolan = ctx(5, "Christopher Nolan", "Christopher Nolan is an English film director.")
+    kalathil = ctx(6, "Sathish Kalathil", "Sathish Kalathil is an Indian film director.")
+    chef = ctx(7, "Jane Doe", "Jane Doe is a chef in Paris.")
+    yes = answer_span(
+        "Are Christopher Nolan and Sathish Kalathil both film directors?", [nolan, kalathil], []
+    )
+    no = answer_span("Are Christopher Nolan and Jane Doe both film directors?", [nolan, chef], [])
+    assert yes is not None
+    assert yes.text == "yes"
+    assert no is not None
+    assert no.text == "no"
+    assert no.doc_id == "d7"  # the passage that lacks the predicate
+
+
+def test_same_nationality_compares_entities_of_that_kind() -> None:
+    a = ctx(8, "Ann Smith", "Ann Smith is an American actress.")
+    b = ctx(9, "Bob Jones", "Bob Jones is a British actor.")
+    mentions = [Mention(8, "American", "NORP"), Mention(9, "British", "NORP")]
+    span = answer_span("Were Ann Smith and Bob Jones of the same nationality?", [a, b], mentions)
+    assert span is not None
+    assert span.text == "no"
+
+
+def test_without_a_span_the_best_sentence_is_quoted() -> None:
+    answer, support = extractive("What is a good recipe for bread?", [OVERDRIVE], MENTIONS)
+    assert support == ""
+    assert answer.endswith("[d2]")
+    found, why = extractive("Who directed Maximum Overdrive?", [OVERDRIVE], MENTIONS)
+    assert found == "Stephen King [d2]"
+    assert why.startswith("Maximum Overdrive is a 1986 American horror film")
+    assert answer_span("anything", [], MENTIONS) is None
+
+
+def test_yes_needs_every_asked_property_and_titles_lose_their_disambiguation() -> None:
+    viewpoint = ctx(
+        10,
+        "Woman's Viewpoint (magazine)",
+        "The Woman's Viewpoint was a woman's "
+        "magazine founded in Texas in 1923 and published by Florence M. Sterling.",
+    )
+    pick = ctx(
+        11,
+        "Pick Me Up (magazine)",
+        "Pick Me Up! is a British weekly women's magazine "
+        "that is published through the IPC Media group.",
+    )
+    question = "Are both magazines, the Woman's Viewpoint and Pick Me Up, British publications?"
+    span = answer_span(question, [viewpoint, pick], [])
+    assert span is not None
+    assert span.text == "no"
+    assert span.doc_id == "d10"
+
+
+def test_a_place_and_its_region_are_one_answer() -> None:
+    city = ctx(12, "Ohio State", "The university is located in Columbus, Ohio, near the river.")
+    mentions = [Mention(12, "Columbus", "GPE"), Mention(12, "Ohio", "GPE")]
+    span = answer_span("In which city is Ohio State located?", [city], mentions)
+    assert span is not None
+    assert span.text == "Columbus, Ohio"
