@@ -84,6 +84,18 @@ def synthesise(llm: ChatModel, question: str, contexts: Sequence[Context]) -> Ch
     return llm.complete(ANSWER_SYSTEM, sources_prompt(question, contexts), max_tokens=500)
 
 
+_CITED = re.compile(r"\[(\d+)\]")
+
+
+def cited_sources(answer: str, contexts: Sequence[Context]) -> tuple[str, list[int]]:
+    """("[1] doc-a; [3] doc-c", numbers that name no source) for an LLM answer's [n] citations:
+    what the answer's support field lists, and what the notes flag."""
+    numbers = sorted({int(n) for n in _CITED.findall(answer)})
+    valid = [n for n in numbers if 1 <= n <= len(contexts)]
+    listed = "; ".join(f"[{n}] {contexts[n - 1].doc_id}" for n in valid)
+    return listed, [n for n in numbers if n not in valid]
+
+
 def map_prompt(question: str, community: CommunityHit) -> str:
     """The map step's user message for one community."""
     return f"Report [{community.id}] {community.title}\n{community.summary}\n\nQuestion: {question}"

@@ -99,7 +99,8 @@ class QueryResponse(BaseModel):
     answer: str
     support: str = Field(
         default="",
-        description="Offline answers: the sentence the answer was read from, with its source.",
+        description="Offline: the sentence the answer was read from, with its source. With an "
+        "LLM: the sources the answer cites ([n] doc_id).",
     )
     mode_used: Mode
     snapshot_id: int | None = None

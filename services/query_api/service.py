@@ -107,7 +107,7 @@ class QueryService:
                 snapshot_id=snapshot_id,
                 caller=caller,
             )
-            if self.llm is None and result.mode != "global":  # the offline answer reads them
+            if result.mode != "global":  # the offline answer (or an LLM's fallback) reads them
                 top = result.contexts[:TOP_CONTEXTS]
                 result.mentions = await context_mentions(conn, top)
         t_retrieve = time.perf_counter()
@@ -264,9 +264,15 @@ class QueryService:
             return answers.NO_ANSWER, ""
         reply = await self.run_blocking(answers.synthesise, self.llm, req.question, result.contexts)
         self._count(usage, reply, "answer")
-        if reply.content.strip():
-            return reply.content.strip(), ""
-        return _offline_answer(req, result)
+        content = reply.content.strip()
+        if not content:
+            return _offline_answer(req, result)
+        sources, unknown = answers.cited_sources(content, result.contexts)
+        if not sources:
+            result.notes.append("the LLM answer cites no source")
+        if unknown:
+            result.notes.append(f"the LLM answer cites sources that do not exist: {unknown}")
+        return content, sources
 
     async def _map_reduce(self, question: str, result: Retrieval, usage: Usage) -> str:
         llm = self.llm

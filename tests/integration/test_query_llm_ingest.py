@@ -75,6 +75,7 @@ async def test_llm_routes_and_answers_with_citations(
     assert resp.mode_used == "local"
     assert resp.notes[0] == "auto → local: LLM: names a place"
     assert resp.answer == "Stephen King directed Maximum Overdrive [1]."
+    assert resp.support == f"[1] {resp.contexts[0].doc_id}"  # the sources it cites
     assert resp.tokens["calls"] == 2
     assert resp.tokens["prompt"] > 0
     chat = openai_stub.requests_to("/chat/completions")

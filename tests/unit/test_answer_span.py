@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.query_api.answer import extractive
+from services.query_api.answer import cited_sources, extractive
 from services.query_api.answer_kind import DATE, NUMBER, PERSON, classify
 from services.query_api.answer_span import Mention, answer_span
 from services.query_api.schemas import Context
@@ -152,3 +152,10 @@ def test_a_place_and_its_region_are_one_answer() -> None:
     span = answer_span("In which city is Ohio State located?", [city], mentions)
     assert span is not None
     assert span.text == "Columbus, Ohio"
+
+
+def test_llm_citations_are_listed_and_unknown_ones_flagged() -> None:
+    listed, unknown = cited_sources("King directed it [2][1], see also [7].", [LELAND, OVERDRIVE])
+    assert listed == "[1] d1; [2] d2"
+    assert unknown == [7]
+    assert cited_sources("No citation here.", [LELAND]) == ("", [])
