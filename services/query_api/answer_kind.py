@@ -72,6 +72,9 @@ MORE = word_set(
 )
 FEWER = word_set("fewer fewest less least smaller smallest shorter shortest lower lowest lighter")
 _WORD = re.compile(r"[A-Za-z0-9]+")
+WH_WORDS = word_set("what which who whom whose when where why how")
+CONNECTORS = word_set("of the and for de du la le von van")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+")
 _OPTIONS = re.compile(r",\s*([^,?]+?)\s+or\s+([^,?]+?)\s*\??\s*$", re.IGNORECASE)
 
 
@@ -82,7 +85,8 @@ class AnswerKind:
     form: str  # "yesno" | "choice" | "span"
     tiers: tuple[tuple[str, ...], ...] = ()  # span: acceptable labels, best tier first; () = any
     options: tuple[str, ...] = ()  # choice: the named options
-    direction: str = ""  # choice: "min" or "max" (by date or number), "" = by overlap
+    direction: str = ""  # choice: "min" or "max", "" = by overlap with the question
+    basis: str = ""  # choice: compare by "date" (earlier / later words) or "number" (more / fewer)
     terms: frozenset[str] = field(default_factory=frozenset)  # the question's words, lowered
 
 
@@ -92,39 +96,60 @@ def words(text: str) -> list[str]:
 
 
 def classify(question: str) -> AnswerKind:
-    """The answer kind of a question, by its wording."""
+    """The answer kind of a question, by its wording (its last sentence: "X has an OBE. Does
+    Y also have one?")."""
     tokens = words(question)
     terms = frozenset(tokens)
-    options = _choice_options(question)
+    options, rest = _choice_options(question)
     if options:
-        asked = frozenset(words(_OPTIONS.sub(" ", question)))  # "first" in "First for Women"
-        return AnswerKind("choice", options=options, direction=_direction(asked), terms=terms)
-    if tokens and tokens[0] in AUXILIARIES:
+        direction, basis = _direction(frozenset(words(rest)))  # "first" in "First for Women"
+        return AnswerKind("choice", options=options, direction=direction, basis=basis, terms=terms)
+    last = words(_SENTENCES.split(question.strip())[-1])
+    if last and last[0] in AUXILIARIES and not terms & WH_WORDS:
         return AnswerKind("yesno", terms=terms)
     return AnswerKind("span", tiers=_tiers(tokens), terms=terms)
 
 
-def _choice_options(question: str) -> tuple[str, ...]:
-    """The two named options of "..., X or Y?": names (capitalised or numbers), at most eight
-    words each; empty when the question names none."""
+def _choice_options(question: str) -> tuple[tuple[str, ...], str]:
+    """The two named options of "..., X or Y?" (or "... first X or Y?"): names (capitalised or
+    numbers), at most eight words each; and the question without them. No options: ((), q)."""
     match = _OPTIONS.search(question)
-    if match is None:
-        return ()
+    if match is not None:
+        first, second = match.groups()
+        rest = question[: match.start()]
+    else:
+        # no comma: the first option is the run of capitalised words (and connectors) before
+        # " or " ("Which band was formed first The Exies or Circus Diablo?")
+        head, sep, second = question.rstrip(" ?").rpartition(" or ")
+        before = head.split()
+        start = len(before)
+        while start > 0 and (before[start - 1][:1].isupper() or before[start - 1] in CONNECTORS):
+            start -= 1
+        while start < len(before) and before[start] in CONNECTORS:
+            start += 1
+        if not sep or start == len(before) or start == 0:
+            return (), question
+        first, rest = " ".join(before[start:]), " ".join(before[:start])
     options = tuple(
-        re.sub(r"^(?:the|a|an)\s+", "", m.strip(" \"'"), flags=re.IGNORECASE)
-        for m in match.groups()
+        re.sub(r"^(?:the|a|an)\s+", "", m.strip(" \"'?"), flags=re.IGNORECASE)
+        for m in (first, second)
     )
     if all(o and (o[0].isupper() or o[0].isdigit()) and len(o.split()) <= 8 for o in options):
-        return options
-    return ()
+        return options, rest
+    return (), question
 
 
-def _direction(terms: frozenset[str]) -> str:
-    if terms & (EARLIER | FEWER):
-        return "min"
-    if terms & (LATER | MORE):
-        return "max"
-    return ""
+def _direction(terms: frozenset[str]) -> tuple[str, str]:
+    """("min" | "max" | "", "date" | "number" | "")."""
+    for words_, direction, basis in (
+        (EARLIER, "min", "date"),
+        (LATER, "max", "date"),
+        (FEWER, "min", "number"),
+        (MORE, "max", "number"),
+    ):
+        if terms & words_:
+            return direction, basis
+    return "", ""
 
 
 # Wh-words that fix the kind on their own, among the question's first three words.

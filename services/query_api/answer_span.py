@@ -45,6 +45,12 @@ _NUMBER = re.compile(
     r"(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?:\s+(?:million|billion|thousand))?"
     r"|(?<![\w.])\d+(?:\.\d+)?(?:\s+(?:million|billion|thousand))?(?![\w.])"
 )
+# Counts written as words are answers to "how many" too (not compared: no value).
+_NUMBER_WORDS = re.compile(
+    r"\b(?:once|twice|thrice|(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+    r"(?:-time)?)\b",
+    re.IGNORECASE,
+)
 _DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
 # Words of the question that carry no content for matching sentences.
 FUNCTION_WORDS = word_set(
@@ -141,6 +147,7 @@ def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[
     ]
     found += [(d.group(0), DATE[0]) for d in _DATE.finditer(sentence.text)]
     found += [(n.group(0), NUMBER[0]) for n in _NUMBER.finditer(sentence.text)]
+    found += [(n.group(0), NUMBER[0]) for n in _NUMBER_WORDS.finditer(sentence.text)]
     return found
 
 
@@ -211,9 +218,9 @@ def _passage_of(option: str, top: Sequence[Context]) -> Context | None:
     return next((c for c in top if said in normalise(c.text)), None)
 
 
-def _first_value(text: str, direction_kind: str) -> float | None:
+def _first_value(text: str, basis: str) -> float | None:
     """The first year (dates) or number in a passage."""
-    if direction_kind == "date":
+    if basis == "date":
         for d in _DATE.finditer(text):
             return float(d.group(0)[-4:])
         return None
@@ -233,8 +240,7 @@ def _choice(
     if not found:
         return None
     if kind.direction and len(found) == len(kind.options):
-        by = "date" if not kind.terms & {"more", "most", "fewer", "less", "many"} else "number"
-        values = [(_first_value(p.text, by), o, p) for o, p in found]
+        values = [(_first_value(p.text, kind.basis), o, p) for o, p in found]
         if all(v is not None for v, _, _ in values):
             pick = min if kind.direction == "min" else max
             _, option, ctx = pick(values, key=lambda v: v[0] or 0.0)

@@ -159,3 +159,30 @@ def test_llm_citations_are_listed_and_unknown_ones_flagged() -> None:
     assert listed == "[1] d1; [2] d2"
     assert unknown == [7]
     assert cited_sources("No citation here.", [LELAND]) == ("", [])
+
+
+@pytest.mark.parametrize(
+    ("question", "form"),
+    [
+        ("Which band was formed first The Exies or Circus Diablo ?", "choice"),
+        ("Do Lafzon Ki Kahani is a remake of Always, released in what year?", "span"),
+        ("The director Armando Iannucci has an OBE. Does Puneet Sira also have one?", "yesno"),
+    ],
+)
+def test_question_forms_beyond_the_first_word(question: str, form: str) -> None:
+    assert classify(question).form == form
+
+
+def test_options_without_a_comma_and_size_words_compare_numbers() -> None:
+    kind = classify("Which band was formed first The Exies or Circus Diablo ?")
+    assert kind.options == ("Exies", "Circus Diablo")
+    assert (kind.direction, kind.basis) == ("min", "date")
+    larger = classify("Which plant is larger, the Pterocarya or the Cotula?")
+    assert (larger.direction, larger.basis) == ("max", "number")
+
+
+def test_counts_in_words_answer_how_many() -> None:
+    text = ctx(13, "Deltha O'Neal", "O'Neal was selected for the Pro Bowl twice in his career.")
+    span = answer_span("How many times was Deltha O'Neal selected for the Pro Bowl?", [text], [])
+    assert span is not None
+    assert span.text == "twice"
