@@ -275,6 +275,25 @@ class Settings(BaseSettings):
     query_local_graph_weight: float = Field(
         default=0.4, ge=0, description="Local fusion weight of the graph score (z-score)."
     )
+    query_local_passage_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of local mode's PPR reset mass on the dense top-k passages (the "
+        "rest on the question's seed entities; 0: seeds only). docs/retrieval.md.",
+    )
+    query_local_reseed_passages: int = Field(
+        default=0,
+        ge=0,
+        le=50,
+        description="Local mode re-seeds a second PPR walk from the entities of this many top "
+        "fused passages that the question does not name (0: one walk). docs/retrieval.md.",
+    )
+    query_local_hub_damping: bool = Field(
+        default=False,
+        description="Local mode's passage-entity edges weigh 1/ln(1 + df) (df = passages "
+        "mentioning the entity); off: every mention edge weighs 1. docs/retrieval.md.",
+    )
     query_path_max_hops: int = Field(
         default=6, ge=1, le=6, description="Longest path (hops) path mode and /v1/paths search."
     )
