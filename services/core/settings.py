@@ -275,13 +275,6 @@ class Settings(BaseSettings):
     query_local_graph_weight: float = Field(
         default=1.0, ge=0, description="Local fusion weight of the graph score (z-score)."
     )
-    query_local_passage_share: float = Field(
-        default=0.0,
-        ge=0,
-        le=1,
-        description="Share of local mode's PPR reset mass on the dense top-k passages (the "
-        "rest on the question's seed entities; 0: seeds only). docs/retrieval.md.",
-    )
     query_local_reseed_passages: int = Field(
         default=5,
         ge=0,

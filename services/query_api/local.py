@@ -50,7 +50,6 @@ class LocalMethods:
     """Which multi-hop methods local mode's PPR uses (settings KGSTREAM_QUERY_LOCAL_*; rules
     in docs/retrieval.md)."""
 
-    passage_share: float = 0.0  # reset mass on the dense passages (0: entity seeds only)
     reseed_passages: int = 5  # top fused passages whose bridge entities re-seed (0: off)
     hub_damping: bool = False  # passage-entity edges weighted 1 / ln(1 + df)
 
@@ -67,7 +66,6 @@ class LocalGraph:
     def pagerank(
         self,
         seeds: dict[int, float],
-        passages: dict[int, float] | None = None,
         methods: LocalMethods = LocalMethods(),
     ) -> dict[int, float]:
         """PPR over the passage-entity graph plus relationship edges (log1p weights)."""
@@ -85,8 +83,6 @@ class LocalGraph:
             np.concatenate([ranking.code_entities(rel_t), ranking.code_passages(men[:, 1])]),
             np.concatenate([np.log1p(rel[:, 2]) if len(rel) else np.zeros(0), mention_weights]),
             seeds,
-            passages=passages,
-            passage_share=methods.passage_share,
         )
 
 
@@ -147,18 +143,16 @@ async def neighbourhood(
     seeds: Sequence[int],
     *,
     caller: Caller,
-    passages: Sequence[int] = (),
 ) -> LocalGraph:
     """Seeds, their 1-hop relationship neighbours, the passages that mention them, and one
-    more passage-entity step from those and the given ``passages`` (the dense hits): the
-    bridge to a second document; hubs are not expanded. Only what the caller can see."""
+    more passage-entity step (the bridge to a second document); hubs are not expanded. Only
+    what the caller can see."""
     rels = (await conn.execute(*_RELS.bind(caller, {"e": list(seeds), "n": 500}))).all()
     relations = [(int(s), int(t), str(y), float(w), str(d)) for s, t, y, w, d in rels]
     entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
     first = await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, entities)], caller)
     # The bridge: other entities of those passages, rarest first, up to a bound of links.
-    chunks = sorted({c for _, c in first} | set(passages))
-    bridge = await bridge_step(conn, chunks, entities, caller)
+    bridge = await bridge_step(conn, sorted({c for _, c in first}), entities, caller)
     mentions = sorted(set(first) | set(bridge))
     names, counts = await _names(conn, entities, caller)
     return LocalGraph(names, counts, relations, mentions)
@@ -219,15 +213,14 @@ async def graph_scores(
     snapshot_id: int | None,
     executor: Executor | None = None,
     caller: Caller,
-    passages: dict[int, float] | None = None,
     methods: LocalMethods = LocalMethods(),
 ) -> dict[int, float]:
-    """Passage scores from the graph: PPR (computed in ``executor``, off the event loop; the
-    reset vector on the seeds, and on ``passages`` per ``methods``), or the path formula
-    (importance = the snapshot's PageRank when one is published, else mention counts)."""
+    """Passage scores from the graph: PPR from the seeds (computed in ``executor``, off the
+    event loop), or the path formula (importance = the snapshot's PageRank when one is
+    published, else mention counts)."""
     if ranker == "ppr":
         loop = asyncio.get_running_loop()
-        walk = functools.partial(hood.pagerank, grounding.weights, passages, methods)
+        walk = functools.partial(hood.pagerank, grounding.weights, methods)
         return await loop.run_in_executor(executor, walk)
     # The formula walks two relationship hops: add the neighbours' own relationships.
     ring = sorted(
@@ -276,14 +269,10 @@ async def local_search(
     methods: LocalMethods = LocalMethods(),
 ) -> tuple[Ranked, list[Hop]]:
     """The k best passages by fused dense, BM25 and graph scores, with explaining hops, from
-    what the caller can see. The walk restarts from the seeds and the dense top k; with
-    re-seeding, a second walk also restarts from the bridge entities of the fused top."""
+    what the caller can see. The walk restarts from the seeds; with re-seeding, a second
+    walk also restarts from the bridge entities of the fused top."""
     depth = max(3 * k, 30)
-    dense_hits = await vector_search(conn, embedding, depth, caller=caller)
-    reset = {h.chunk_id: max(h.score, 0.0) for h in dense_hits[:k]} if methods.passage_share else {}
-    hood = await neighbourhood(
-        conn, sorted(grounding.weights), caller=caller, passages=sorted(reset)
-    )
+    hood = await neighbourhood(conn, sorted(grounding.weights), caller=caller)
     walk = functools.partial(
         graph_scores,
         conn,
@@ -292,10 +281,10 @@ async def local_search(
         snapshot_id=snapshot_id,
         executor=executor,
         caller=caller,
-        passages=reset,
         methods=methods,
     )
     graph = await walk(grounding)
+    dense_hits = await vector_search(conn, embedding, depth, caller=caller)
     bm25 = await bm25_search(conn, question, depth, stats, caller=caller) if weights.lexical else {}
     dense: dict[int, float] = {}
 

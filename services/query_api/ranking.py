@@ -45,19 +45,11 @@ def pagerank_coded(
     weights: npt.NDArray[np.float64],
     seeds: Mapping[int, float],
     *,
-    passages: Mapping[int, float] | None = None,
-    passage_share: float = 0.0,
     max_iter: int = 100,
     tol: float = 1e-6,
 ) -> dict[int, float]:
-    """personalised_pagerank on coded edge arrays (entity 2·id, passage 2·id + 1). With
-    ``passages`` (chunk -> weight) and ``passage_share`` > 0, that share of the reset mass
-    goes to those passages (HippoRAG 2's passage nodes in the reset vector), the rest to
-    the seed entities; a reset passage outside the graph is a node without edges."""
-    extra = np.zeros(0, dtype=np.int64)
-    if passages and passage_share > 0:
-        extra = code_passages(np.array(sorted(passages), dtype=np.int64))
-    if not len(a) and not len(extra):
+    """personalised_pagerank on coded edge arrays (entity 2·id, passage 2·id + 1)."""
+    if not len(a):
         return {}
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     keep = lo != hi
@@ -67,19 +59,16 @@ def pagerank_coded(
     last = np.ones(len(lo), dtype=bool)
     last[:-1] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     lo, hi, weight = lo[last], hi[last], weight[last]
-    codes = np.unique(np.concatenate([lo, hi, extra]))
-    inverse = np.searchsorted(codes, np.concatenate([lo, hi]))
+    codes, inverse = np.unique(np.concatenate([lo, hi]), return_inverse=True)
     n, m = len(codes), len(lo)
-    p = _reset(codes, {2 * e: w for e, w in seeds.items()})
-    if passages and passage_share > 0:
-        q = _reset(codes, {2 * c + 1: w for c, w in passages.items()})
-        p = (
-            q
-            if not p.sum()
-            else (p if not q.sum() else (1 - passage_share) * p + passage_share * q)
-        )
+    p = np.zeros(n)
+    for e, w in seeds.items():
+        at = np.searchsorted(codes, 2 * e)
+        if w > 0 and at < n and codes[at] == 2 * e:
+            p[at] = w
     if not p.sum():
         return {}
+    p /= p.sum()
     rows = np.concatenate([inverse[:m], inverse[m:]])
     cols = np.concatenate([inverse[m:], inverse[:m]])
     adjacency = sparse.csr_array((np.concatenate([weight, weight]), (rows, cols)), shape=(n, n))
@@ -95,17 +84,6 @@ def pagerank_coded(
             break
     is_passage = codes % 2 == 1
     return dict(zip((codes[is_passage] // 2).tolist(), x[is_passage].tolist(), strict=True))
-
-
-def _reset(codes: npt.NDArray[np.int64], weights: Mapping[int, float]) -> npt.NDArray[np.float64]:
-    """A reset vector over the coded nodes (weights by node code), summing to 1 (or all 0)."""
-    p = np.zeros(len(codes))
-    for code, w in weights.items():
-        at = np.searchsorted(codes, code)
-        if w > 0 and at < len(codes) and codes[at] == code:
-            p[at] = w
-    total = p.sum()
-    return p / total if total else p
 
 
 def mention_weight(passages: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:

@@ -58,7 +58,6 @@ class QueryConfig:
                 graph=settings.query_local_graph_weight,
             ),
             local_methods=LocalMethods(
-                passage_share=settings.query_local_passage_share,
                 reseed_passages=settings.query_local_reseed_passages,
                 hub_damping=settings.query_local_hub_damping,
             ),

@@ -5,46 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from services.query_api.ranking import mention_weight, pagerank_coded
+from services.query_api.ranking import mention_weight
 from services.query_api.reseed import (
     bridge_seeds,
     passage_counts,
     reached_passages,
     split_reset,
 )
-
-
-def _chain() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    # entity 1 - chunk 10 - entity 2 - chunk 20 - entity 3 - chunk 30
-    a = np.array([2 * 1, 2 * 2, 2 * 2, 2 * 3, 2 * 3], dtype=np.int64)
-    b = np.array([2 * 10 + 1, 2 * 10 + 1, 2 * 20 + 1, 2 * 20 + 1, 2 * 30 + 1], dtype=np.int64)
-    return a, b, np.ones(len(a))
-
-
-def test_passage_share_zero_is_the_seed_walk() -> None:
-    a, b, w = _chain()
-    plain = pagerank_coded(a, b, w, {1: 1.0})
-    same = pagerank_coded(a, b, w, {1: 1.0}, passages={30: 1.0}, passage_share=0.0)
-    assert same == plain
-
-
-def test_passage_reset_moves_mass_towards_the_dense_passage() -> None:
-    a, b, w = _chain()
-    plain = pagerank_coded(a, b, w, {1: 1.0})
-    mixed = pagerank_coded(a, b, w, {1: 1.0}, passages={30: 1.0}, passage_share=0.5)
-    assert mixed[30] > plain[30]
-    assert mixed[10] < plain[10]
-    assert sum(mixed.values()) < 1.0  # the entities keep some mass
-
-
-def test_passage_reset_without_seeds_or_edges() -> None:
-    a, b, w = _chain()
-    only = pagerank_coded(a, b, w, {99: 1.0}, passages={20: 1.0}, passage_share=0.5)
-    assert max(only, key=lambda c: only[c]) == 20
-    empty = np.zeros(0, dtype=np.int64)
-    alone = pagerank_coded(empty, empty, np.zeros(0), {}, passages={7: 2.0}, passage_share=0.5)
-    assert alone == pytest.approx({7: 1.0})
-    assert pagerank_coded(empty, empty, np.zeros(0), {1: 1.0}) == {}
 
 
 def test_mention_weight_discounts_common_entities() -> None:
