@@ -264,16 +264,28 @@ class Settings(BaseSettings):
         "path formula (Π weight × Π importance × 0.9^hops). See docs/BENCHMARKS.md.",
     )
     query_local_vector_weight: float = Field(
-        default=0.3,
+        default=1.0,
         ge=0,
-        description="Local fusion weight of the dense score (z-scores; 0.3/0.3/0.4 measured "
-        "best on the dev set, docs/BENCHMARKS.md).",
+        description="Local fusion weight of the dense score (z-scores; equal weights, no "
+        "signal preferred; only the ratios matter. docs/retrieval.md).",
     )
     query_local_lexical_weight: float = Field(
-        default=0.3, ge=0, description="Local fusion weight of the BM25 score (z-score)."
+        default=1.0, ge=0, description="Local fusion weight of the BM25 score (z-score)."
     )
     query_local_graph_weight: float = Field(
-        default=0.4, ge=0, description="Local fusion weight of the graph score (z-score)."
+        default=1.0, ge=0, description="Local fusion weight of the graph score (z-score)."
+    )
+    query_local_reseed_passages: int = Field(
+        default=5,
+        ge=0,
+        le=50,
+        description="Local mode re-seeds a second PPR walk from the entities of this many top "
+        "fused passages that the question does not name (0: one walk). docs/retrieval.md.",
+    )
+    query_local_hub_damping: bool = Field(
+        default=False,
+        description="Local mode's passage-entity edges weigh 1/ln(1 + df) (df = passages "
+        "mentioning the entity); off: every mention edge weighs 1. docs/retrieval.md.",
     )
     query_path_max_hops: int = Field(
         default=6, ge=1, le=6, description="Longest path (hops) path mode and /v1/paths search."

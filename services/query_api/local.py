@@ -5,6 +5,7 @@ and the passage-entity graph (mentions), score passages by personalised PageRank
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Sequence
 from concurrent.futures import Executor
@@ -16,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api import ranking
+from services.query_api import ranking, reseed
 from services.query_api.grounding import Grounding
 from services.query_api.lexical import CorpusStats, bm25_search
 from services.query_api.schemas import Hop
@@ -36,11 +37,21 @@ Ranker = Literal["ppr", "paths"]
 
 @dataclass(frozen=True)
 class LocalWeights:
-    """Fusion weights of the three signals (z-scores)."""
+    """Fusion weights of the three signals (z-scores). Equal: no signal is preferred, and only
+    the ratios matter (0.3/0.3/0.4 had been fitted on the 300-document dev set)."""
 
-    vector: float = 0.3
-    lexical: float = 0.3
-    graph: float = 0.4
+    vector: float = 1.0
+    lexical: float = 1.0
+    graph: float = 1.0
+
+
+@dataclass(frozen=True)
+class LocalMethods:
+    """Which multi-hop methods local mode's PPR uses (settings KGSTREAM_QUERY_LOCAL_*; rules
+    in docs/retrieval.md)."""
+
+    reseed_passages: int = 5  # top fused passages whose bridge entities re-seed (0: off)
+    hub_damping: bool = False  # passage-entity edges weighted 1 / ln(1 + df)
 
 
 @dataclass
@@ -52,16 +63,25 @@ class LocalGraph:
     relations: list[tuple[int, int, str, float, str]]  # source, target, type, weight, description
     mentions: list[tuple[int, int]] = field(default_factory=list)  # (entity, chunk)
 
-    def pagerank(self, seeds: dict[int, float]) -> dict[int, float]:
+    def pagerank(
+        self,
+        seeds: dict[int, float],
+        methods: LocalMethods = LocalMethods(),
+    ) -> dict[int, float]:
         """PPR over the passage-entity graph plus relationship edges (log1p weights)."""
         rel = np.array([(s, t, w) for s, t, _, w, _ in self.relations], dtype=np.float64)
         men = np.array(self.mentions, dtype=np.int64).reshape(-1, 2)
+        mention_weights = np.ones(len(men))
+        if methods.hub_damping and len(men):
+            counts = reseed.passage_counts(self.mentions)
+            df = np.array([counts[e] for e in men[:, 0].tolist()], dtype=np.int64)
+            mention_weights = ranking.mention_weight(df)
         rel_s = rel[:, 0].astype(np.int64) if len(rel) else np.zeros(0, dtype=np.int64)
         rel_t = rel[:, 1].astype(np.int64) if len(rel) else np.zeros(0, dtype=np.int64)
         return ranking.pagerank_coded(
             np.concatenate([ranking.code_entities(rel_s), ranking.code_entities(men[:, 0])]),
             np.concatenate([ranking.code_entities(rel_t), ranking.code_passages(men[:, 1])]),
-            np.concatenate([np.log1p(rel[:, 2]) if len(rel) else np.zeros(0), np.ones(len(men))]),
+            np.concatenate([np.log1p(rel[:, 2]) if len(rel) else np.zeros(0), mention_weights]),
             seeds,
         )
 
@@ -119,7 +139,10 @@ _PAGERANK = text(
 
 
 async def neighbourhood(
-    conn: AsyncConnection, seeds: Sequence[int], *, caller: Caller
+    conn: AsyncConnection,
+    seeds: Sequence[int],
+    *,
+    caller: Caller,
 ) -> LocalGraph:
     """Seeds, their 1-hop relationship neighbours, the passages that mention them, and one
     more passage-entity step (the bridge to a second document); hubs are not expanded. Only
@@ -129,19 +152,27 @@ async def neighbourhood(
     entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
     first = await _mentions_of(conn, [e for e, _ in await _not_hubs(conn, entities)], caller)
     # The bridge: other entities of those passages, rarest first, up to a bound of links.
-    bridge: list[tuple[int, int]] = []
-    if first:
-        values = {
-            "c": sorted({c for _, c in first}),
-            "known": entities,
-            "hub": HUB_MENTIONS,
-            "max": MAX_BRIDGE_MENTIONS,
-        }
-        rows = await conn.execute(*_BRIDGE_MENTIONS.bind(caller, values))
-        bridge = [(int(e), int(c)) for e, c in rows.all()]
+    bridge = await bridge_step(conn, sorted({c for _, c in first}), entities, caller)
     mentions = sorted(set(first) | set(bridge))
     names, counts = await _names(conn, entities, caller)
     return LocalGraph(names, counts, relations, mentions)
+
+
+async def bridge_step(
+    conn: AsyncConnection, chunks: Sequence[int], known: Sequence[int], caller: Caller
+) -> list[tuple[int, int]]:
+    """(entity, chunk) mentions of the other entities of these passages (not ``known``, not
+    hubs), rarest first up to MAX_BRIDGE_MENTIONS links."""
+    if not chunks:
+        return []
+    values = {
+        "c": sorted(chunks),
+        "known": sorted(known),
+        "hub": HUB_MENTIONS,
+        "max": MAX_BRIDGE_MENTIONS,
+    }
+    rows = await conn.execute(*_BRIDGE_MENTIONS.bind(caller, values))
+    return [(int(e), int(c)) for e, c in rows.all()]
 
 
 async def _not_hubs(conn: AsyncConnection, entities: Sequence[int]) -> list[tuple[int, int]]:
@@ -182,13 +213,15 @@ async def graph_scores(
     snapshot_id: int | None,
     executor: Executor | None = None,
     caller: Caller,
+    methods: LocalMethods = LocalMethods(),
 ) -> dict[int, float]:
-    """Passage scores from the graph: PPR (computed in ``executor``, off the event loop), or
-    the path formula (importance = the snapshot's PageRank when one is published, else
-    mention counts)."""
+    """Passage scores from the graph: PPR from the seeds (computed in ``executor``, off the
+    event loop), or the path formula (importance = the snapshot's PageRank when one is
+    published, else mention counts)."""
     if ranker == "ppr":
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, hood.pagerank, grounding.weights)
+        walk = functools.partial(hood.pagerank, grounding.weights, methods)
+        return await loop.run_in_executor(executor, walk)
     # The formula walks two relationship hops: add the neighbours' own relationships.
     ring = sorted(
         {e for s, t, *_ in hood.relations for e in (s, t)}
@@ -233,35 +266,55 @@ async def local_search(
     stats: CorpusStats,
     executor: Executor | None = None,
     caller: Caller,
+    methods: LocalMethods = LocalMethods(),
 ) -> tuple[Ranked, list[Hop]]:
     """The k best passages by fused dense, BM25 and graph scores, with explaining hops, from
-    what the caller can see."""
+    what the caller can see. The walk restarts from the seeds; with re-seeding, a second
+    walk also restarts from the bridge entities of the fused top."""
+    depth = max(3 * k, 30)
     hood = await neighbourhood(conn, sorted(grounding.weights), caller=caller)
-    graph = await graph_scores(
+    walk = functools.partial(
+        graph_scores,
         conn,
         hood,
-        grounding,
         ranker=ranker,
         snapshot_id=snapshot_id,
         executor=executor,
         caller=caller,
+        methods=methods,
     )
-    depth = max(3 * k, 30)
+    graph = await walk(grounding)
     dense_hits = await vector_search(conn, embedding, depth, caller=caller)
     bm25 = await bm25_search(conn, question, depth, stats, caller=caller) if weights.lexical else {}
-    top_graph = sorted(graph, key=lambda c: (-graph[c], c))[: max(5 * k, 50)]
-    candidates = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25)
-    dense = await similarities(conn, embedding, sorted(candidates), caller=caller)
-    signals = {
-        "vector": dense,
-        "lexical": bm25,
-        "graph": ranking.graph_signal(graph, candidates),
-    }
-    fused = ranking.fuse(
-        signals,
-        {"vector": weights.vector, "lexical": weights.lexical, "graph": weights.graph},
-        candidates,
-    )
+    dense: dict[int, float] = {}
+
+    async def fused_ranking(graph: dict[int, float]) -> dict[int, float]:
+        top_graph = sorted(graph, key=lambda c: (-graph[c], c))[: max(5 * k, 50)]
+        pool = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25)
+        missing = sorted(pool - set(dense))
+        dense.update(await similarities(conn, embedding, missing, caller=caller))
+        signals = {
+            "vector": dense,
+            "lexical": bm25,
+            "graph": ranking.graph_signal(graph, pool),
+        }
+        chosen = {"vector": weights.vector, "lexical": weights.lexical, "graph": weights.graph}
+        return ranking.fuse(signals, chosen, pool)
+
+    fused = await fused_ranking(graph)
+    if methods.reseed_passages and ranker == "ppr":
+        top = sorted(fused, key=lambda c: (-fused[c], c))[: methods.reseed_passages]
+        bridges = reseed.bridge_seeds(top, hood.mentions, grounding.weights, stats.chunks)
+        if bridges:
+            # One more passage-entity step from the passages the bridge entities lead to,
+            # so a hop beyond them is in the graph the second walk runs on.
+            reached = reseed.reached_passages(bridges, hood.mentions, skip=top)
+            known = {e for e, _ in hood.mentions} | set(hood.names)
+            more = await bridge_step(conn, reached, sorted(known), caller)
+            hood.mentions = sorted(set(hood.mentions) | set(more))
+            both = Grounding(reseed.split_reset(grounding.weights, bridges), grounding.names)
+            graph = await walk(both)
+            fused = await fused_ranking(graph)
     ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]
     why = {
         c: f"dense {dense.get(c, 0.0):.3f}, BM25 {bm25.get(c, 0.0):.2f}, "

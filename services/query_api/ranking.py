@@ -82,8 +82,14 @@ def pagerank_coded(
         x = PPR_DAMPING * (x @ transition + x[dangling].sum() * p) + (1 - PPR_DAMPING) * p
         if np.abs(x - previous).sum() < n * tol:
             break
-    passages = codes % 2 == 1
-    return dict(zip((codes[passages] // 2).tolist(), x[passages].tolist(), strict=True))
+    is_passage = codes % 2 == 1
+    return dict(zip((codes[is_passage] // 2).tolist(), x[is_passage].tolist(), strict=True))
+
+
+def mention_weight(passages: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """Hub damping of a passage-entity edge: 1 / ln(1 + df), df = the passages that mention
+    the entity (an IDF-like discount; the +1 keeps a once-mentioned entity finite)."""
+    return 1.0 / np.log1p(np.maximum(passages, 1).astype(np.float64))
 
 
 def code_entities(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

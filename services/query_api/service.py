@@ -26,7 +26,7 @@ from services.query_api.global_mode import global_retrieve
 from services.query_api.grounding import ground
 from services.query_api.lexical import CorpusStats, StatsCache
 from services.query_api.llm import ChatModel, ChatReply, OpenAIChat, Usage
-from services.query_api.local import LocalWeights, Ranker, local_search
+from services.query_api.local import LocalMethods, LocalWeights, Ranker, local_search
 from services.query_api.paths import path_retrieve
 from services.query_api.retrieval import Retrieval, context_mentions, contexts_for
 from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
@@ -42,6 +42,7 @@ class QueryConfig:
 
     local_ranker: Ranker = "ppr"
     local_weights: LocalWeights = field(default_factory=LocalWeights)
+    local_methods: LocalMethods = field(default_factory=LocalMethods)
     hybrid: bool = True
     rrf_k: int = 60
     path_max_hops: int = 6
@@ -56,6 +57,10 @@ class QueryConfig:
                 vector=settings.query_local_vector_weight,
                 lexical=settings.query_local_lexical_weight,
                 graph=settings.query_local_graph_weight,
+            ),
+            local_methods=LocalMethods(
+                reseed_passages=settings.query_local_reseed_passages,
+                hub_damping=settings.query_local_hub_damping,
             ),
             hybrid=settings.query_hybrid,
             rrf_k=settings.query_rrf_k,
@@ -215,6 +220,7 @@ class QueryService:
                     req.k,
                     ranker=self.config.local_ranker,
                     weights=self.config.local_weights,
+                    methods=self.config.local_methods,
                     snapshot_id=snapshot_id,
                     stats=stats,
                     executor=self.executor,
