@@ -1,0 +1,82 @@
+"""An indexer evicted from its consumer group (its process stopped past the session timeout, as
+a starved event loop would be) consumes again: by rejoining, or, when its consumer does not
+rejoin, by exiting through the rejoin watchdog so that a new process (started here as
+`kgstream up` or Kubernetes would) resumes from the committed offsets. Every event ends up
+applied exactly once either way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from services.core.settings import Settings
+from services.indexer.app import REJOIN_EXIT_CODE
+from tests.support.graph import processed_count, scalar, wait_processed
+from tests.support.workers import (
+    Worker,
+    publish_lines,
+    sample_lines,
+    start_worker,
+    stop_workers,
+    wait_ready,
+)
+
+pytestmark = pytest.mark.integration
+
+REJOIN_TIMEOUT_S = 30  # the watchdog's limit here (default: 20 session timeouts, 120 s)
+STOPPED_S = 12  # longer than the 6 s session timeout: the broker evicts the member
+
+
+def test_evicted_indexer_consumes_again(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KGSTREAM_INDEXER_REJOIN_TIMEOUT_S", str(REJOIN_TIMEOUT_S))
+    url, bootstrap = str(settings.database_url), str(settings.kafka_bootstrap_servers)
+    topic, lines = settings.documents_topic, sample_lines()
+    first = start_worker(settings, tmp_path / "indexer-1.log")
+    workers = [first]
+    try:
+        assert wait_ready([first], timeout=120), first.output()[-3000:]
+        publish_lines(bootstrap, topic, lines[:24])
+        assert wait_processed(url, 24, timeout=180) == 24, first.output()[-3000:]
+
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(STOPPED_S)
+        os.kill(first.pid, signal.SIGCONT)
+        publish_lines(bootstrap, topic, lines[24:])
+
+        if not _consumes_or_exits(first, url, 48, timeout=REJOIN_TIMEOUT_S + 90):
+            pytest.fail(
+                f"the evicted indexer neither consumed again nor exited: {processed_count(url)}"
+                f" of 48 processed\n{first.output()[-4000:]}"
+            )
+        if not first.alive():
+            # It did not rejoin: the watchdog ended it, saying why, for a restart.
+            assert first.proc.returncode == REJOIN_EXIT_CODE, first.output()[-3000:]
+            out = first.output()
+            assert f"indexer exiting with code {REJOIN_EXIT_CODE} to be restarted" in out, out
+            assert "has not been a member of group" in out, out
+            second = start_worker(settings, tmp_path / "indexer-2.log")
+            workers.append(second)
+            assert wait_processed(url, 48, timeout=180) == 48, second.output()[-3000:]
+    finally:
+        stop_workers(workers)
+
+    # Redelivered events (acked but not committed before the eviction) are skipped by event_id.
+    assert scalar(url, "SELECT count(*) FROM processed_events") == 48
+    assert scalar(url, "SELECT count(*) FROM processed_events WHERE outcome <> 'applied'") == 0
+    assert scalar(url, "SELECT count(*) FROM dead_letters") == 0
+
+
+def _consumes_or_exits(worker: Worker, url: str, n: int, timeout: float) -> bool:
+    """Wait until ``n`` events are processed or the worker exits (False: neither in time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if processed_count(url) >= n or not worker.alive():
+            return True
+        time.sleep(0.5)
+    return False
