@@ -29,7 +29,7 @@ from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
-from services.indexer import fetch_wait
+from services.indexer import consumer_state, fetch_wait
 from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
     IndexerDeps,
@@ -176,7 +176,12 @@ def _operations(
 
         async def on_start(self) -> None:
             await ops.start()
-            self.watch = asyncio.create_task(run_watchdog(watchdog, exit_for_restart))
+
+            def on_overdue(reason: str) -> None:
+                log.warning("consumer state: %s", consumer_state.describe(app))
+                exit_for_restart(reason)
+
+            self.watch = asyncio.create_task(run_watchdog(watchdog, on_overdue))
 
         async def on_stop(self) -> None:
             if self.watch is not None:

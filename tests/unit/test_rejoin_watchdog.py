@@ -3,6 +3,7 @@ backoff of `kgstream up` (services/cli/supervisor.py), on fake clocks and fake p
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any, cast
@@ -14,6 +15,7 @@ from services.cli.supervisor import RESTARTED, RestartPolicy, Stack
 from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.core.telemetry.server import OpsServer
+from services.indexer.consumer_state import _chain, describe
 from services.indexer.membership import (
     Membership,
     RejoinWatchdog,
@@ -180,3 +182,23 @@ def test_stack_restarts_an_exited_indexer_after_its_backoff(
     stack.processes["query-api"].returncode = 1
     with pytest.raises(RuntimeError, match="query-api process exited with code 1"):
         stack.check_alive()
+
+
+async def test_consumer_state_names_where_tasks_wait_and_never_raises() -> None:
+    assert describe(object()).startswith("consumer state unavailable (AttributeError")
+
+    async def inner(gate: asyncio.Event) -> None:
+        await gate.wait()
+
+    async def outer(gate: asyncio.Event) -> None:
+        await inner(gate)
+
+    gate = asyncio.Event()
+    task = asyncio.create_task(outer(gate))
+    await asyncio.sleep(0)
+    chain = _chain(task.get_coro())
+    assert chain.startswith("outer:")
+    assert " > inner:" in chain
+    assert " > wait:" in chain
+    gate.set()
+    await task
