@@ -77,8 +77,8 @@ class RejoinWatchdog:
             return None
         return (
             f"the consumer has not been a member of group {self.group} for {absent:.0f} s "
-            f"(limit {self.timeout_s:g} s, KGSTREAM_INDEXER_REJOIN_TIMEOUT_S): it did not "
-            "rejoin after leaving it"
+            f"(limit {self.timeout_s:g} s, KGSTREAM_INDEXER_REJOIN_TIMEOUT_S): it has not "
+            "(re)joined since it started or left it"
         )
 
 
