@@ -1,8 +1,9 @@
 """An indexer evicted from its consumer group (its process stopped past the session timeout, as
-a starved event loop would be) consumes again: by rejoining, or, when its consumer does not
-rejoin, by exiting through the rejoin watchdog so that a new process (started here as
-`kgstream up` or Kubernetes would) resumes from the committed offsets. Every event ends up
-applied exactly once either way."""
+a starved event loop would be, while another member joined: tansu expires a silent member's
+session when the group changes, not on a timer) consumes again: by rejoining, or, when its
+consumer does not rejoin, by exiting through the rejoin watchdog so that a new process
+(started here as `kgstream up` or Kubernetes would) resumes from the committed offsets. Every
+event ends up applied exactly once either way."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from kafka import KafkaConsumer
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from services.core.settings import Settings
 from services.indexer.app import REJOIN_EXIT_CODE
@@ -46,7 +49,11 @@ def test_evicted_indexer_consumes_again(
 
         os.kill(first.pid, signal.SIGSTOP)
         time.sleep(STOPPED_S)
-        os.kill(first.pid, signal.SIGCONT)
+        try:
+            took_over = _join_and_leave(bootstrap, settings.consumer_group, topic)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert took_over, "another member could not join the group of the stopped indexer"
         publish_lines(bootstrap, topic, lines[24:])
 
         if not _consumes_or_exits(first, url, 48, timeout=REJOIN_TIMEOUT_S + 90):
@@ -70,6 +77,35 @@ def test_evicted_indexer_consumes_again(
     assert scalar(url, "SELECT count(*) FROM processed_events") == 48
     assert scalar(url, "SELECT count(*) FROM processed_events WHERE outcome <> 'applied'") == 0
     assert scalar(url, "SELECT count(*) FROM dead_letters") == 0
+
+
+class _FaustProtocol(RoundRobinPartitionAssignor):  # type: ignore[misc]
+    """Round robin under the protocol name the indexer's group uses (faust's assignor): the
+    broker refuses a member whose protocols share none with the group's."""
+
+    name = "faust"
+
+
+def _join_and_leave(bootstrap: str, group: str, topic: str, timeout: float = 90) -> bool:
+    """Join ``group`` as a plain consumer until the broker assigns it partitions (evicting the
+    stopped member, whose session has expired), then leave without committing anything."""
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1500,
+        max_poll_interval_ms=10000,  # the rebalance timeout: how long a join waits for others
+        partition_assignment_strategy=[_FaustProtocol],
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=500, max_records=1)
+        return bool(consumer.assignment())
+    finally:
+        consumer.close(autocommit=False)
 
 
 def _consumes_or_exits(worker: Worker, url: str, n: int, timeout: float) -> bool:
