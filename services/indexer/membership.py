@@ -58,8 +58,8 @@ class Membership:
 def rejoin_timeout_s(configured: float | None, session_timeout_s: float) -> float:
     """The watchdog's limit: the configured one, else 20 session timeouts (120 s at the
     default 6 s). It must exceed a legitimate rebalance: a JoinGroup may wait up to faust's
-    rebalance timeout (60 s) for slow members, and a process's first join waits for its
-    models to load."""
+    rebalance timeout (60 s) for slow members. (The watchdog runs with faust's app services,
+    which start after the first assignment: the first join is not watched.)"""
     return configured if configured is not None else 20 * session_timeout_s
 
 
