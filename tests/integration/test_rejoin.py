@@ -86,19 +86,25 @@ class _FaustProtocol(RoundRobinPartitionAssignor):  # type: ignore[misc]
     name = "faust"
 
 
-def _join_and_leave(bootstrap: str, group: str, topic: str, timeout: float = 90) -> bool:
-    """Join ``group`` as a plain consumer until the broker assigns it partitions (evicting the
-    stopped member, whose session has expired), then leave without committing anything."""
-    consumer = KafkaConsumer(
+def _member(bootstrap: str, group: str, topic: str, max_poll_interval_ms: int) -> KafkaConsumer:
+    """A plain consumer in ``group`` (it joins on its first poll); ``max_poll_interval_ms`` is
+    its rebalance timeout: how long a join waits for it to rejoin."""
+    return KafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group,
         enable_auto_commit=False,
         session_timeout_ms=6000,
         heartbeat_interval_ms=1500,
-        max_poll_interval_ms=10000,  # the rebalance timeout: how long a join waits for others
+        max_poll_interval_ms=max_poll_interval_ms,
         partition_assignment_strategy=[_FaustProtocol],
     )
+
+
+def _join_and_leave(bootstrap: str, group: str, topic: str, timeout: float = 90) -> bool:
+    """Join ``group`` as a plain consumer until the broker assigns it partitions (evicting the
+    stopped member, whose session has expired), then leave without committing anything."""
+    consumer = _member(bootstrap, group, topic, max_poll_interval_ms=10000)
     try:
         deadline = time.monotonic() + timeout
         while not consumer.assignment() and time.monotonic() < deadline:
@@ -116,3 +122,42 @@ def _consumes_or_exits(worker: Worker, url: str, n: int, timeout: float) -> bool
             return True
         time.sleep(0.5)
     return False
+
+
+def test_indexer_kept_out_of_its_group_exits_for_a_restart(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While the indexer is stopped, another member takes the group and then stops polling: the
+    # broker keeps the indexer's rejoin waiting for that member, longer than the 4 s limit.
+    monkeypatch.setenv("KGSTREAM_INDEXER_REJOIN_TIMEOUT_S", "4")
+    url, bootstrap = str(settings.database_url), str(settings.kafka_bootstrap_servers)
+    topic, lines = settings.documents_topic, sample_lines()
+    first = start_worker(settings, tmp_path / "indexer-1.log")
+    workers = [first]
+    other = _member(bootstrap, settings.consumer_group, topic, max_poll_interval_ms=60000)
+    try:
+        assert wait_ready([first], timeout=120), first.output()[-3000:]
+        publish_lines(bootstrap, topic, lines[:24])
+        assert wait_processed(url, 24, timeout=180) == 24, first.output()[-3000:]
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(STOPPED_S)
+        try:
+            deadline = time.monotonic() + 90
+            while not other.assignment() and time.monotonic() < deadline:
+                other.poll(timeout_ms=500, max_records=1)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert other.assignment(), "another member could not join the group"
+        first.proc.wait(timeout=90)
+        out = first.output()
+        assert first.proc.returncode == REJOIN_EXIT_CODE, out[-3000:]
+        assert f"indexer exiting with code {REJOIN_EXIT_CODE} to be restarted" in out, out
+        assert "consumer state: " in out, out
+    finally:
+        other.close(autocommit=False)
+        stop_workers(workers)
+    # What the restarted process does is not checked here: on tansu, a new indexer did not
+    # join this group within 3 minutes after the other member left (a group left with a member
+    # that died mid-join; not investigated). test_evicted_indexer_consumes_again checks that
+    # every event is applied exactly once after an eviction.
+    assert scalar(url, "SELECT count(*) FROM processed_events") == 24
