@@ -1,5 +1,7 @@
 """`kgstream up` and `kgstream demo`: bring infrastructure, migrations and the worker processes
-up in the foreground, and take all of it down again on Ctrl-C or when the demo ends."""
+up in the foreground, and take all of it down again on Ctrl-C or when the demo ends. An indexer
+that exits (e.g. its rejoin watchdog: services/indexer/membership.py) is restarted with a
+bounded backoff; any other process that exits ends the stack."""
 
 from __future__ import annotations
 
@@ -28,6 +30,43 @@ from services.core.infra.manager import (
 from services.core.processes import host_name, live_processes
 from services.core.settings import Settings
 
+RESTARTED = ("indexer",)
+"""Processes restarted when they exit: the indexer resumes from its committed offsets."""
+
+
+class RestartPolicy:
+    """Backoff between restarts of one process: ``base_s``, doubling up to ``cap_s``. A process
+    that ran for ``stable_s`` before exiting starts the count again; after ``max_quick``
+    restarts in a row that each exited sooner, it gives up (a crash loop, e.g. bad settings)."""
+
+    def __init__(
+        self,
+        base_s: float = 1.0,
+        cap_s: float = 30.0,
+        stable_s: float = 60.0,
+        max_quick: int = 5,
+    ) -> None:
+        self.base_s, self.cap_s, self.stable_s, self.max_quick = base_s, cap_s, stable_s, max_quick
+        self.quick = 0
+        self.started_at = time.monotonic()
+        self.due_at: float | None = None
+
+    def on_exit(self, now: float) -> float | None:
+        """The process exited at ``now``: seconds to wait before restarting it, or None to give
+        up. Schedules the restart (``due_at``)."""
+        if now - self.started_at >= self.stable_s:
+            self.quick = 0
+        self.quick += 1
+        if self.quick > self.max_quick:
+            return None
+        delay = min(self.cap_s, self.base_s * 2.0 ** (self.quick - 1))
+        self.due_at = now + delay
+        return delay
+
+    def on_start(self, now: float) -> None:
+        """The process was (re)started at ``now``."""
+        self.started_at, self.due_at = now, None
+
 
 @dataclass
 class Stack:
@@ -36,12 +75,42 @@ class Stack:
     endpoints: Endpoints
     api_url: str
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    restarts: dict[str, RestartPolicy] = field(default_factory=dict)
+
+    def start(self, name: str) -> None:
+        """Start (or restart) the ``kgstream worker NAME`` process."""
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "worker", name], env=self.env
+        )
+        if name in RESTARTED:
+            self.restarts.setdefault(name, RestartPolicy()).on_start(time.monotonic())
 
     def check_alive(self) -> None:
-        """Raise if a worker process died."""
-        for name, proc in self.processes.items():
-            if proc.poll() is not None:
-                raise RuntimeError(f"the {name} process exited with code {proc.returncode}")
+        """Restart an indexer that exited once its backoff has passed; raise if another process
+        exited, or if the indexer keeps exiting soon after each start."""
+        now = time.monotonic()
+        for name, proc in list(self.processes.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            policy = self.restarts.get(name)
+            if policy is None:
+                raise RuntimeError(f"the {name} process exited with code {code}")
+            if policy.due_at is None:
+                delay = policy.on_exit(now)
+                if delay is None:
+                    raise RuntimeError(
+                        f"the {name} process exited with code {code}, {policy.quick} times in a "
+                        f"row within {policy.stable_s:g} s of starting: not restarting it again"
+                    )
+                _say(
+                    f"the {name} process exited with code {code}: restarting it in {delay:g} s "
+                    f"(restart {policy.quick} of at most {policy.max_quick} in a row)"
+                )
+            elif now >= policy.due_at:
+                self.start(name)
+                _say(f"restarted the {name} process (pid {self.processes[name].pid})")
 
     def metrics_urls(self, timeout: float = 60) -> dict[str, str | None]:
         """Each process's metrics address from the processes table, once all registered
@@ -95,12 +164,10 @@ def running_stack(
         "KGSTREAM_LOG_LEVEL": child_log_level or settings.log_level,
         **(extra_env or {}),
     }
-    stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}")
+    stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}", env=env)
     try:
         for name in ("indexer", "communities", "query-api"):
-            stack.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", "services.cli.main", "worker", name], env=env
-            )
+            stack.start(name)
         wait_http(stack, f"{stack.api_url}/readyz", timeout=120)
         yield stack
     finally:
@@ -126,6 +193,10 @@ def wait_http(stack: Stack, url: str, timeout: float) -> None:
                 return
         time.sleep(0.3)
     raise TimeoutError(f"{url} did not become ready within {timeout:.0f}s")
+
+
+def _say(line: str) -> None:
+    print(f"kgstream up: {line}", file=sys.stderr, flush=True)
 
 
 def _infra_alive(settings: Settings) -> bool:

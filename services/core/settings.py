@@ -44,6 +44,13 @@ class Settings(BaseSettings):
         default=6.0, description="Consumer session timeout (tansu: joins take half of it)."
     )
     broker_heartbeat_interval_s: float = Field(default=1.5, description="Consumer heartbeat.")
+    indexer_rejoin_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Longest the indexer's consumer may be out of its group (a rebalance, an "
+        "eviction) before /healthz fails and the process exits to be restarted. Unset: 20 x "
+        "broker_session_timeout_s (120 s): above faust's 60 s rebalance timeout.",
+    )
     broker_commit_interval_s: float = Field(
         default=0.5, description="Offset commit interval: bounds redelivery after a crash."
     )

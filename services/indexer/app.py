@@ -5,7 +5,9 @@ and the process's registration run beside it (services/core/telemetry/)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -27,7 +29,7 @@ from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
-from services.indexer import fetch_wait
+from services.indexer import consumer_state, fetch_wait
 from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
     IndexerDeps,
@@ -36,11 +38,19 @@ from services.indexer.handlers import (
     prepare_batch,
     write_batch,
 )
+from services.indexer.membership import (
+    Membership,
+    RejoinWatchdog,
+    rejoin_timeout_s,
+    run_watchdog,
+)
 from services.indexer.metrics import LagGauge, PrometheusIndexerObserver
 from services.indexer.pipeline import run_pipelined
 from services.indexer.resolution import Adjudicator
 
 log = logging.getLogger(__name__)
+REJOIN_EXIT_CODE = 3
+"""The indexer's exit code when its consumer stayed out of its group too long (restart it)."""
 
 
 def _record(event: faust.EventT[bytes]) -> RawRecord:
@@ -118,29 +128,14 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
     return app
 
 
-class Membership:
-    """Whether the consumer has joined its group, and the documents partitions it owns."""
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        self.joined = False
-        self.assigned: set[tuple[str, int]] = set()
-
-    def on_assigned(self, assigned: set[faust.types.TP]) -> None:
-        """A rebalance ended: joined, with these partitions (possibly none)."""
-        self.joined = True
-        self.assigned = {(tp.topic, tp.partition) for tp in assigned if tp.topic == self.topic}
-
-    def on_revoked(self) -> None:
-        """A rebalance began: not a member until it ends."""
-        self.joined = False
-
-
 def _operations(
     app: faust.App, settings: Settings, endpoints: Endpoints, engine: AsyncEngine
 ) -> None:
-    """/metrics, /healthz, /readyz; registration and heartbeat; consumer lag, refreshed."""
+    """/metrics, /healthz, /readyz; registration and heartbeat; consumer lag, refreshed; the
+    rejoin watchdog (services/indexer/membership.py)."""
     membership = Membership(settings.documents_topic)
+    limit = rejoin_timeout_s(settings.indexer_rejoin_timeout_s, settings.broker_session_timeout_s)
+    watchdog = RejoinWatchdog(membership, settings.consumer_group, limit)
     offsets = OffsetReader(endpoints.kafka_bootstrap_servers)
     lag = LagGauge(engine, offsets, settings.consumer_group)
 
@@ -165,21 +160,54 @@ def _operations(
     ops = ProcessOps(
         engine,
         "indexer",
-        server=OpsServer(settings.indexer_metrics_host, settings.indexer_metrics_port, ready),
+        server=OpsServer(
+            settings.indexer_metrics_host,
+            settings.indexer_metrics_port,
+            ready,
+            live=watchdog.overdue,
+        ),
         refresh=[refresh_lag],
     )
 
     class Operations(mode.Service):
         """Started and stopped with the faust app."""
 
+        watch: asyncio.Task[None] | None = None
+
         async def on_start(self) -> None:
             await ops.start()
 
+            def on_overdue(reason: str) -> None:
+                log.warning("consumer state: %s", consumer_state.describe(app))
+                exit_for_restart(reason)
+
+            self.watch = asyncio.create_task(run_watchdog(watchdog, on_overdue))
+
         async def on_stop(self) -> None:
+            if self.watch is not None:
+                self.watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.watch
             await ops.stop()
             await asyncio.to_thread(offsets.close)
 
     app.service(Operations)
+
+
+def exit_for_restart(reason: str) -> None:
+    """End the process at once with REJOIN_EXIT_CODE. Not a graceful stop: the consumer is
+    stuck in its group protocol, which a stop would wait on. Nothing is lost: only applied
+    events are acked, and a member out of its group cannot commit anyway; the next process
+    resumes from the committed offsets and skips what was already applied (by event_id)."""
+    log.error(
+        "indexer exiting with code %d to be restarted: %s. A new process rejoins and resumes "
+        "from the committed offsets",
+        REJOIN_EXIT_CODE,
+        reason,
+    )
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(REJOIN_EXIT_CODE)
 
 
 def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """The small HTTP server of a worker process (indexer, communities): ``/metrics`` (Prometheus
-text format), ``/healthz`` (200 while the process runs) and ``/readyz`` (200 when connected to
-what it needs, else 503 with the reason as JSON). Runs on the process's event loop."""
+text format), ``/healthz`` (200 while the process runs and its liveness check, if any, finds
+nothing wrong, else 503 with the reason) and ``/readyz`` (200 when connected to what it needs,
+else 503 with the reason as JSON). Runs on the process's event loop."""
 
 from __future__ import annotations
 
@@ -15,16 +16,23 @@ from services.core.errors import ConfigurationError
 
 Readiness = Callable[[], Awaitable[str | None]]
 """None when ready, else why not (a sentence for the 503 body)."""
+Liveness = Callable[[], str | None]
+"""None while the process is healthy, else why it should be restarted (for the 503 body)."""
 
 
 class OpsServer:
     """Serves the three routes on ``host:port`` (port 0: any free port)."""
 
     def __init__(
-        self, host: str, port: int, ready: Readiness, registry: CollectorRegistry = REGISTRY
+        self,
+        host: str,
+        port: int,
+        ready: Readiness,
+        registry: CollectorRegistry = REGISTRY,
+        live: Liveness | None = None,
     ) -> None:
         self.host, self.port = host, port
-        self._ready, self._registry = ready, registry
+        self._ready, self._registry, self._live = ready, registry, live
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> str:
@@ -62,7 +70,10 @@ class OpsServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        reason = self._live() if self._live is not None else None
+        if reason is None:
+            return web.json_response({"status": "ok"})
+        return web.json_response({"status": "unhealthy", "reason": reason}, status=503)
 
     async def _readyz(self, _: web.Request) -> web.Response:
         try:
