@@ -74,7 +74,8 @@ FEWER = word_set("fewer fewest less least smaller smallest shorter shortest lowe
 _WORD = re.compile(r"[A-Za-z0-9]+")
 WH_WORDS = word_set("what which who whom whose when where why how")
 CONNECTORS = word_set("of the and for de du la le von van")
-_SENTENCES = re.compile(r"(?<=[.!?])\s+")
+# A sentence ends at . ! ? before a capital, digit, quote or bracket (not "St. louis"), or a line.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n+")
 _OPTIONS = re.compile(r",\s*([^,?]+?)\s+or\s+([^,?]+?)\s*\??\s*$", re.IGNORECASE)
 
 
@@ -95,6 +96,11 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def sentences(text: str) -> list[str]:
+    """The non-blank sentences of a text, stripped."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
 def classify(question: str) -> AnswerKind:
     """The answer kind of a question, by its wording (its last sentence: "X has an OBE. Does
     Y also have one?")."""
@@ -104,7 +110,7 @@ def classify(question: str) -> AnswerKind:
     if options:
         direction, basis = _direction(frozenset(words(rest)))  # "first" in "First for Women"
         return AnswerKind("choice", options=options, direction=direction, basis=basis, terms=terms)
-    last = words(_SENTENCES.split(question.strip())[-1])
+    last = words((sentences(question) or [""])[-1])
     if last and last[0] in AUXILIARIES and not terms & WH_WORDS:
         return AnswerKind("yesno", terms=terms)
     return AnswerKind("span", tiers=_tiers(tokens), terms=terms)

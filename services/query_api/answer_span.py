@@ -29,6 +29,7 @@ from services.query_api.answer_kind import (
     PLACE,
     AnswerKind,
     classify,
+    sentences,
     word_set,
     words,
 )
@@ -36,7 +37,6 @@ from services.query_api.schemas import Context
 
 TOP_CONTEXTS = 5  # the answer reads the passages recall@5 measures
 STEM = 5  # truncation stemming: the first five letters (words shorter are kept whole)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n+")
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _DATE = re.compile(
     rf"\b(?:(?:\d{{1,2}}\s+)?(?:{_MONTHS})(?:\s+\d{{1,2}})?,?\s+)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b"
@@ -84,7 +84,8 @@ class _Sentence:
     rank: int  # of its context
     context: Context
     score: float
-    hits: tuple[int, ...]  # word positions matching the question
+    tokens: tuple[str, ...]  # its words' stems
+    hits: tuple[int, ...]  # positions in ``tokens`` matching the question
 
 
 def stem(word: str) -> str:
@@ -108,12 +109,12 @@ def answer_span(
     by_chunk: dict[int, list[Mention]] = {}
     for m in mentions:
         by_chunk.setdefault(m.chunk_id, []).append(m)
-    sentences = _scored_sentences(question, top)
     if kind.form == "yesno":
         return _yes_no(question, top, by_chunk)
+    scored = _scored_sentences(question, top)
     if kind.form == "choice":
-        return _choice(kind, top, sentences)
-    return _best_span(kind, question, sentences, by_chunk)
+        return _choice(kind, top, scored)
+    return _best_span(kind, question, scored, by_chunk)
 
 
 def _scored_sentences(question: str, top: Sequence[Context]) -> list[_Sentence]:
@@ -124,13 +125,12 @@ def _scored_sentences(question: str, top: Sequence[Context]) -> list[_Sentence]:
     out = []
     for rank, ctx in enumerate(top):
         title = content_stems(ctx.title)
-        for text in _SENTENCE.split(ctx.text):
-            if not text.strip():
-                continue
-            tokens = [stem(w) for w in words(text)]
+        for text in sentences(ctx.text):
+            tokens = tuple(stem(w) for w in words(text))
             matched = (set(tokens) | title) & set(idf)
             hits = tuple(i for i, t in enumerate(tokens) if t in idf)
-            out.append(_Sentence(text.strip(), rank, ctx, sum(idf[t] for t in matched), hits))
+            score = sum(idf[t] for t in matched)
+            out.append(_Sentence(text, rank, ctx, score, tokens, hits))
     return out
 
 
@@ -154,13 +154,13 @@ def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[
 def _best_span(
     kind: AnswerKind,
     question: str,
-    sentences: Sequence[_Sentence],
+    scored: Sequence[_Sentence],
     by_chunk: dict[int, list[Mention]],
 ) -> SpanAnswer | None:
     """The candidate of the best tier, then best sentence, nearest the question's words."""
     asked = f" {normalise(question)} "
     best: tuple[tuple[float, ...], str, _Sentence] | None = None
-    for sentence in sentences:
+    for sentence in scored:
         if sentence.score <= 0:
             continue
         for text, label in _candidates(sentence, by_chunk.get(sentence.context.chunk_id, [])):
@@ -191,11 +191,10 @@ def _tier(kind: AnswerKind, label: str) -> int | None:
 
 def _distance(sentence: _Sentence, text: str) -> float:
     """Words between the candidate and the nearest word matching the question."""
-    tokens = [stem(w) for w in words(sentence.text)]
     first = stem(words(text)[0]) if words(text) else ""
-    where = [i for i, t in enumerate(tokens) if t == first]
+    where = [i for i, t in enumerate(sentence.tokens) if t == first]
     if not where or not sentence.hits:
-        return float(len(tokens))
+        return float(len(sentence.tokens))
     return float(min(abs(i - h) for i in where for h in sentence.hits))
 
 
@@ -232,7 +231,7 @@ def _first_value(text: str, basis: str) -> float | None:
 
 
 def _choice(
-    kind: AnswerKind, top: Sequence[Context], sentences: Sequence[_Sentence]
+    kind: AnswerKind, top: Sequence[Context], scored: Sequence[_Sentence]
 ) -> SpanAnswer | None:
     """One of the named options."""
     passages = [(option, _passage_of(option, top)) for option in kind.options]
@@ -246,16 +245,16 @@ def _choice(
             _, option, ctx = pick(values, key=lambda v: v[0] or 0.0)
             return SpanAnswer(option, _first_sentence(ctx), ctx.doc_id)
     # No direction (or no values): the option whose passage matches the question best.
-    score = {id(s.context): 0.0 for s in sentences}
-    for s in sentences:
+    score = {id(s.context): 0.0 for s in scored}
+    for s in scored:
         score[id(s.context)] = max(score[id(s.context)], s.score)
     option, ctx = max(found, key=lambda f: score.get(id(f[1]), 0.0))
     return SpanAnswer(option, _first_sentence(ctx), ctx.doc_id)
 
 
 def _first_sentence(ctx: Context) -> str:
-    parts = [p for p in _SENTENCE.split(ctx.text) if p.strip()]
-    return parts[0].strip() if parts else ctx.text[:200]
+    parts = sentences(ctx.text)
+    return parts[0] if parts else ctx.text[:200]
 
 
 def _yes_no(
