@@ -34,6 +34,17 @@ REJOIN_TIMEOUT_S = 30  # the watchdog's limit here (default: 20 session timeouts
 STOPPED_S = 12  # longer than the 6 s session timeout: the broker evicts the member
 
 
+def _index_half_then_stop(worker: Worker, settings: Settings, lines: list[str]) -> None:
+    """The indexer, ready, applies the first 24 events; then its process is stopped past the
+    session timeout (the caller sends SIGCONT)."""
+    url, bootstrap = str(settings.database_url), str(settings.kafka_bootstrap_servers)
+    assert wait_ready([worker], timeout=120), worker.output()[-3000:]
+    publish_lines(bootstrap, settings.documents_topic, lines[:24])
+    assert wait_processed(url, 24, timeout=180) == 24, worker.output()[-3000:]
+    os.kill(worker.pid, signal.SIGSTOP)
+    time.sleep(STOPPED_S)
+
+
 def test_evicted_indexer_consumes_again(
     settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,12 +54,7 @@ def test_evicted_indexer_consumes_again(
     first = start_worker(settings, tmp_path / "indexer-1.log")
     workers = [first]
     try:
-        assert wait_ready([first], timeout=120), first.output()[-3000:]
-        publish_lines(bootstrap, topic, lines[:24])
-        assert wait_processed(url, 24, timeout=180) == 24, first.output()[-3000:]
-
-        os.kill(first.pid, signal.SIGSTOP)
-        time.sleep(STOPPED_S)
+        _index_half_then_stop(first, settings, lines)
         try:
             took_over = _join_and_leave(bootstrap, settings.consumer_group, topic)
         finally:
@@ -136,11 +142,7 @@ def test_indexer_kept_out_of_its_group_exits_for_a_restart(
     workers = [first]
     other = _member(bootstrap, settings.consumer_group, topic, max_poll_interval_ms=60000)
     try:
-        assert wait_ready([first], timeout=120), first.output()[-3000:]
-        publish_lines(bootstrap, topic, lines[:24])
-        assert wait_processed(url, 24, timeout=180) == 24, first.output()[-3000:]
-        os.kill(first.pid, signal.SIGSTOP)
-        time.sleep(STOPPED_S)
+        _index_half_then_stop(first, settings, lines)
         try:
             deadline = time.monotonic() + 90
             while not other.assignment() and time.monotonic() < deadline:
