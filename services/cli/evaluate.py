@@ -10,7 +10,8 @@ def table(report: dict[str, Any]) -> str:
     k = report["k"]
     head = (
         f"{'mode':<8} {'type':<11} {'R@2':>6} {'R@5':>6} {'R@' + str(k):>6} {'all@' + str(k):>7}"
-        f" {'MRR':>6} {'EM':>6} {'F1':>6} {'has':>6} {'p50 ms':>8} {'p99 ms':>8} {'n':>4}"
+        f" {'MRR':>6} {'last':>5} {'EM':>6} {'F1':>6} {'has':>6}"
+        f" {'p50 ms':>8} {'p99 ms':>8} {'n':>4}"
     )
     lines = [head]
     for mode, rep in report["modes"].items():
@@ -23,8 +24,12 @@ def table(report: dict[str, Any]) -> str:
             lines.append(
                 f"{mode:<8} {kind:<11} {m['recall_at_2']:>6.3f} {m['recall_at_5']:>6.3f}"
                 f" {m['recall']:>6.3f} {m['all_gold']:>7.3f} {m['mrr']:>6.3f}"
+                f" {m['last_gold_rank']:>5.2f}"
                 f" {m['answer_em']:>6.3f} {m['answer_f1']:>6.3f} {m['answer_contains']:>6.3f}"
                 f" {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['n']:>4}"
             )
-    lines.append("EM / F1: SQuAD-normalised exact match and token F1; has: answer contains it")
+    lines.append(
+        f"last: mean rank of the last gold document ({k + 1} when one is not in the first {k});"
+        " EM / F1: SQuAD-normalised exact match and token F1; has: answer contains it"
+    )
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""Retrieval and answer metrics (pure): recall@2/@5/@k, all-gold@k and MRR by doc_id, answer
+"""Retrieval and answer metrics (pure): recall@2/@5/@k, all-gold@k, MRR and the last gold
+document's rank by doc_id, answer
 exact match / token F1 / containment (services/eval/answer_scores.py), latency percentiles, and
 the per-mode summary the eval command prints: overall, by question type, by number of gold
 documents (the hop count of a multi-hop question)."""
@@ -42,6 +43,15 @@ def all_gold_at(ranked: Sequence[str], gold: frozenset[str], k: int) -> float:
     return 1.0 if gold and gold <= set(ranked[:k]) else 0.0
 
 
+def last_gold_rank(ranked: Sequence[str], gold: frozenset[str], k: int) -> float:
+    """Rank of the last gold document to appear, k + 1 when one is not in the first k: how
+    far down a multi-hop question's later hops sit (finer than all-gold@k, which saturates)."""
+    where = {doc: rank for rank, doc in enumerate(ranked[:k], start=1)}
+    if not gold or not gold <= set(where):
+        return float(k + 1)
+    return float(max(where[g] for g in gold))
+
+
 def reciprocal_rank(ranked: Sequence[str], gold: frozenset[str]) -> float:
     """1 / rank of the first gold document (0 when none was retrieved)."""
     for rank, doc in enumerate(ranked, start=1):
@@ -61,7 +71,8 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
     """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5",
-    "answer_em", "answer_f1", "answer_contains"} over the results ("recall" is recall@k).
+    "last_gold_rank", "answer_em", "answer_f1", "answer_contains"} over the results ("recall"
+    is recall@k).
     Answer metrics average over the questions that have a reference answer (0 when none has)."""
     n = len(results)
 
@@ -83,6 +94,7 @@ def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
         "n": n,
         "recall_at_2": mean(recall_at(r.ranked_doc_ids, r.gold, 2) for r in results),
         "recall_at_5": mean(recall_at(r.ranked_doc_ids, r.gold, 5) for r in results),
+        "last_gold_rank": mean(last_gold_rank(r.ranked_doc_ids, r.gold, k) for r in results),
         "answer_em": answers(exact_match),
         "answer_f1": answers(token_f1),
         "answer_contains": answers(contains),

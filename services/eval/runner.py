@@ -154,9 +154,14 @@ def kept_database(
         )
     pg = EmbeddedPostgres(home, settings.embedded_user)
     found = json.loads(marker.read_text()) if marker.exists() else None
-    reuse = found == {"fingerprint": fingerprint, "ingested": True}
+    reuse = found == {"fingerprint": fingerprint, "ingested": True} and pg.has_data()
     if found is not None and not reuse:
-        notes.append(f"--keep {home}: built from other events or settings, or unfinished; rebuilt")
+        why = (
+            "its database is gone (as root it lives under /var/tmp)"
+            if found.get("ingested") and found.get("fingerprint") == fingerprint
+            else "built from other events or settings, or unfinished"
+        )
+        notes.append(f"--keep {home}: {why}; rebuilt")
         pg.purge()
     home.mkdir(parents=True, exist_ok=True)
     if not reuse:

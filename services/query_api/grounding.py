@@ -78,11 +78,11 @@ STOPWORDS = frozenset(
 
 # A restricted caller matches visible surfaces only; names and counts come from entity_facts.
 _EXACT = Filtered.of(
-    "SELECT e.id, e.name, e.mention_count FROM entities e WHERE e.key = ANY(:k)"
-    " UNION SELECT e.id, e.name, e.mention_count FROM aliases a"
+    "SELECT e.id, e.name, e.mention_count, e.key FROM entities e WHERE e.key = ANY(:k)"
+    " UNION SELECT e.id, e.name, e.mention_count, a.alias_key FROM aliases a"
     " JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = ANY(:k)",
-    "SELECT DISTINCT a.entity_id, '', 0 FROM aliases a WHERE a.alias_key = ANY(:k) AND "  # noqa: S608 - alias_visible is a constant fragment
-    + alias_visible("a"),
+    "SELECT DISTINCT a.entity_id, '', 0, a.alias_key FROM aliases a WHERE a.alias_key = ANY(:k)"  # noqa: S608 - alias_visible is a constant fragment
+    " AND " + alias_visible("a"),
 )
 _FUZZY = Filtered.of(
     "SELECT id, name, mention_count, similarity(name, :s) AS sim FROM entities"
@@ -108,8 +108,17 @@ class Grounding:
 
 def question_keys(question: str, spans: Iterable[str]) -> set[str]:
     """Normalised keys of the question's n-grams and extracted spans that may name entities."""
+    return set(key_places(question, spans))
+
+
+def key_places(question: str, spans: Iterable[str]) -> dict[str, set[tuple[int, int]]]:
+    """Each candidate key with the word ranges [start, end) where the question says it (an
+    extracted span found nowhere in the question's words has no range)."""
     words = _WORD.findall(question)
-    keys = {entity_key(s) for s in spans if s.strip()}
+    places: dict[str, set[tuple[int, int]]] = {}
+    for span in spans:
+        if key := entity_key(span):
+            places.setdefault(key, set()).update(_occurrences(words, _WORD.findall(span)))
     for n in range(1, MAX_NGRAM + 1):
         for i in range(len(words) - n + 1):
             gram = words[i : i + n]
@@ -117,9 +126,31 @@ def question_keys(question: str, spans: Iterable[str]) -> set[str]:
                 continue
             if n == 1 and (len(gram[0]) < 3 or gram[0].islower()):
                 continue
-            keys.add(entity_key(" ".join(gram)))
-    keys.discard("")
-    return keys
+            if key := entity_key(" ".join(gram)):
+                places.setdefault(key, set()).add((i, i + n))
+    return places
+
+
+def _occurrences(words: Sequence[str], part: Sequence[str]) -> set[tuple[int, int]]:
+    n = len(part)
+    low = [w.lower() for w in words]
+    want = [w.lower() for w in part]
+    return {(i, i + n) for i in range(len(words) - n + 1) if n and low[i : i + n] == want}
+
+
+def subsumed(matched: Iterable[str], places: dict[str, set[tuple[int, int]]]) -> set[str]:
+    """The matched keys said only inside a longer matched name ("Leland" and "North Carolina"
+    in "Leland, North Carolina"): longest match wins, the entity-linking rule for overlaps.
+    A key said anywhere on its own, or with no known place, is not subsumed."""
+    ranges = {r for k in matched for r in places.get(k, ())}
+    out = set()
+    for key in matched:
+        own = places.get(key, set())
+        if own and all(
+            any(a <= i and j <= b and (b - a) > (j - i) for a, b in ranges) for i, j in own
+        ):
+            out.add(key)
+    return out
 
 
 def seed_weight(similarity: float, mentions: int, total_chunks: int) -> float:
@@ -135,12 +166,17 @@ async def ground(
     *,
     caller: Caller,
 ) -> Grounding:
-    """Exact key/alias matches for n-grams and spans, trigram matches for extracted spans
-    (entities the caller can see, by the names it can see)."""
-    keys = {"k": sorted(question_keys(question, spans))}
-    rows = (await conn.execute(*_EXACT.bind(caller, keys))).all()
-    found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows}
+    """Exact key/alias matches for n-grams and spans (a name said only inside a longer
+    matched name is not a seed), trigram matches for extracted spans (entities the caller
+    can see, by the names it can see)."""
+    places = key_places(question, spans)
+    rows = (await conn.execute(*_EXACT.bind(caller, {"k": sorted(places)}))).all()
+    inside = subsumed({str(r[3]) for r in rows}, places)
+    kept = {str(r[3]) for r in rows} - inside
+    found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows if str(r[3]) in kept}
     for span in dict.fromkeys(spans):
+        if entity_key(span) in inside:
+            continue
         for r in (await conn.execute(*_FUZZY.bind(caller, {"s": span}))).all():
             if float(r[3]) >= FUZZY_MIN_SIMILARITY and int(r[0]) not in found:
                 found[int(r[0])] = (str(r[1]), int(r[2]), float(r[3]))

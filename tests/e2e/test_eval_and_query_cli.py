@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from services.core.infra.manager import Endpoints
 from services.core.infra.ports import free_port
+from services.core.infra.postgres import EmbeddedPostgres
 from services.core.settings import Settings
 from services.query_api.app import create_app
 from tests.conftest import Infra
@@ -22,7 +24,7 @@ from tests.support.server import serving
 pytestmark = pytest.mark.e2e
 SAMPLE = Path(__file__).resolve().parents[2] / "services" / "cli" / "sample"
 METRICS = {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5"}
-METRICS |= {"answer_em", "answer_f1", "answer_contains"}
+METRICS |= {"answer_em", "answer_f1", "answer_contains", "last_gold_rank"}
 
 
 def run_eval(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -56,6 +58,7 @@ def test_eval_on_the_sample(tmp_path: Path) -> None:
             assert 0 <= summary["all_gold"] <= summary["recall"] <= 1
             assert 0 <= summary["answer_em"] <= summary["answer_f1"] <= 1
             assert 0 <= summary["answer_contains"] <= 1
+            assert 2 <= summary["last_gold_rank"] <= 11  # two gold documents, k = 10
             assert 0 < summary["p50_ms"] <= summary["p99_ms"]
         assert rep["overall"]["n"] == rep["by_gold"]["2"]["n"] == 12
         assert rep["by_type"]["bridge"]["n"] == 9
@@ -79,6 +82,14 @@ def test_eval_keep_reuses_the_ingest(tmp_path: Path) -> None:
         row = next(line for line in table.splitlines() if line.startswith(f"{mode:<8} overall"))
         assert f"{rep['overall']['all_gold']:.3f}" in row
         assert f"{rep['overall']['mrr']:.3f}" in row
+    # a marker whose database was deleted (a reboot clears /var/tmp) is rebuilt, not trusted
+    shutil.rmtree(EmbeddedPostgres(keep).data_dir)
+    rebuilt = run_eval(tmp_path, "--keep", str(keep), "--modes", "vector")
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert "its database is gone" in rebuilt.stdout
+    assert "ingest reused" not in rebuilt.stdout
+    row = next(line for line in rebuilt.stdout.splitlines() if line.startswith("vector   overall"))
+    assert f"{json.loads(first.stdout)['modes']['vector']['overall']['all_gold']:.3f}" in row
     # a directory that is not a kept eval database is refused, untouched
     foreign = tmp_path / "foreign"
     foreign.mkdir()

@@ -4,7 +4,7 @@ import networkx as nx
 import pytest
 
 from services.query_api.answer import extractive_answer
-from services.query_api.grounding import question_keys
+from services.query_api.grounding import key_places, question_keys, subsumed
 from services.query_api.ranking import (
     best_paths,
     fuse,
@@ -22,6 +22,20 @@ def test_question_keys_find_names_not_stopwords() -> None:
     assert "north carolina" in keys
     assert "the" not in keys
     assert "who" not in keys
+
+
+def test_a_name_said_only_inside_a_longer_matched_name_is_not_a_seed() -> None:
+    question = "Who directed the film shot in Leland, North Carolina, the home of Leland Stanford?"
+    places = key_places(question, ["Leland, North Carolina"])
+    assert places["leland north carolina"] == {(6, 9)}  # the span is found among the words
+    matched = {"leland north carolina", "north carolina", "leland", "leland stanford", "film"}
+    # "north carolina" is only ever inside the longer name; "leland" is inside one name each
+    # time ("Leland, North Carolina" and "Leland Stanford"); "film" stands on its own
+    assert subsumed(matched, places) == {"north carolina", "leland"}
+    # without the longer match, nothing is subsumed
+    assert subsumed({"north carolina", "leland"}, places) == set()
+    # a span the tokeniser cannot place in the question is never dropped
+    assert subsumed({"x y", "x"}, {"x y": set(), "x": {(0, 1)}}) == set()
 
 
 def test_ppr_prefers_passages_near_the_seed() -> None:

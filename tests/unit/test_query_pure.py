@@ -7,6 +7,7 @@ from services.eval.metrics import (
     QuestionResult,
     all_gold_at,
     dedupe,
+    last_gold_rank,
     mode_report,
     percentile,
     recall_at,
@@ -31,6 +32,9 @@ def test_metrics_by_doc_id() -> None:
     assert all_gold_at(ranked, GOLD, 4) == 1.0
     assert reciprocal_rank(ranked, GOLD) == 0.5
     assert reciprocal_rank(["x"], GOLD) == 0.0
+    assert last_gold_rank(ranked, GOLD, 10) == 4.0
+    assert last_gold_rank(ranked, GOLD, 3) == 4.0  # not all within the first 3: k + 1
+    assert last_gold_rank(["x"], frozenset(), 10) == 11.0
     assert percentile([5.0, 1.0, 3.0, 2.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
     assert percentile([], 50) == 0.0
@@ -66,6 +70,7 @@ def test_mode_report_shape() -> None:
         "n",
         "recall_at_2",
         "recall_at_5",
+        "last_gold_rank",
         "answer_em",
         "answer_f1",
         "answer_contains",
@@ -74,6 +79,8 @@ def test_mode_report_shape() -> None:
     assert report["overall"]["mrr"] == pytest.approx((1 + 0.5 + 1 / 3) / 3, abs=1e-4)
     assert report["overall"]["recall_at_2"] == pytest.approx((1 + 0.5 + 0) / 3, abs=1e-4)
     assert report["overall"]["recall_at_5"] == pytest.approx((1 + 0.5 + 1) / 3, abs=1e-4)
+    # b is missing from the second ranking: it counts k + 1
+    assert report["overall"]["last_gold_rank"] == pytest.approx((2 + 11 + 5) / 3, abs=1e-4)
     # answer metrics average over the two questions that have a reference
     assert report["overall"]["answer_em"] == 0.5  # "Paris" after its citation is removed
     assert report["overall"]["answer_contains"] == 1.0  # "Lyon" is an alias

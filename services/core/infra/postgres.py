@@ -202,6 +202,10 @@ class EmbeddedPostgres:
         proc = self._run("pg_ctl", "status", "-D", str(self.data_dir))
         return proc.returncode == 0
 
+    def has_data(self) -> bool:
+        """Whether an initialised data directory exists (it may be elsewhere than ``home``)."""
+        return (self.data_dir / "PG_VERSION").exists()
+
     def purge(self) -> None:
         """Stop the server and delete its data (as root: all it kept under /var/tmp)."""
         self.stop()
