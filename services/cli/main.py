@@ -341,10 +341,11 @@ def eval_cmd(
     """Retrieval and answer quality: ingest the events into a fresh embedded PostgreSQL (in a
     temporary home, removed afterwards, or kept with --keep) in-process through the indexer's
     handler — no broker is needed — then ask every question in every mode. Reports recall@2,
-    @5 and @k, all-gold@k, MRR by doc_id; answer exact match, token F1 and containment against
-    the reference answer and its aliases; latency p50/p99 and n: overall, per question type
-    and per number of gold documents. Global mode needs a published community snapshot: it is
-    reported unavailable when the community engine cannot build one."""
+    @5 and @k, all-gold@k, MRR and the last gold document's mean rank by doc_id; answer exact
+    match, token F1 and containment against the reference answer and its aliases; latency
+    p50/p99 and n: overall, per question type and per number of gold documents. Global mode
+    needs a published community snapshot: it is reported unavailable when the community
+    engine cannot build one."""
     from services.cli.evaluate import table
     from services.eval.runner import MODES, EvalConfig, EvalInputError, evaluate
 
