@@ -74,6 +74,12 @@ FEWER = word_set("fewer fewest less least smaller smallest shorter shortest lowe
 _WORD = re.compile(r"[A-Za-z0-9]+")
 WH_WORDS = word_set("what which who whom whose when where why how")
 CONNECTORS = word_set("of the and for de du la le von van")
+ARTICLES = word_set("a an the")
+# Words that end the noun phrase after "what" / "which": verbs, prepositions, articles.
+PHRASE_ENDS = AUXILIARIES | word_set(
+    "a an the in on at to for from by with as than that who whom whose which what when where "
+    "does do did been being has have had"
+)
 # A sentence ends at . ! ? before a capital, digit, quote or bracket (not "St. louis"), or a line.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n+")
 _OPTIONS = re.compile(r",\s*([^,?]+?)\s+or\s+([^,?]+?)\s*\??\s*$", re.IGNORECASE)
@@ -173,12 +179,31 @@ def _tiers(tokens: list[str]) -> Tiers:
     for word in tokens[:3]:
         if word in OPENINGS:
             return OPENINGS[word]
+    if tokens and tokens[-1] in OPENINGS:  # asked in place: "... written by who?"
+        return OPENINGS[tokens[-1]]
     for i, word in enumerate(tokens):
         if word == "how" and tokens[i + 1 : i + 2] in (["many"], ["much"], ["old"]):
             return (NUMBER,)
         if word in ("what", "which"):
-            # the first known head noun in the next few words ("what type of film", "which
-            # American actor")
-            nouns = [n for n in tokens[i + 1 : i + 5] if n in HEAD_NOUNS]
-            return HEAD_NOUNS[nouns[0]] if nouns else ()
+            start = i + 1
+            opening = tokens[start : start + 2]
+            if len(opening) == 2 and opening[0] in AUXILIARIES and opening[1] in ARTICLES:
+                start += 2  # "what is the name of the band": the phrase follows
+            nouns = [n for n in _noun_phrase(tokens[start : start + 6]) if n in HEAD_NOUNS]
+            return HEAD_NOUNS[nouns[-1]] if nouns else ()
     return ()
+
+
+def _noun_phrase(after: list[str]) -> list[str]:
+    """The words of the phrase a wh-word opens: up to its first function word ("what for
+    seven years" has none), "of" and its article excepted ("what type of film", "the name of
+    the band"). Its head is its last noun ("which television and movie actor" asks for an
+    actor)."""
+    out: list[str] = []
+    for word in after:
+        if word in ARTICLES and out[-1:] == ["of"]:
+            continue  # "the name of the band"
+        if word in PHRASE_ENDS:
+            break
+        out.append(word)
+    return out

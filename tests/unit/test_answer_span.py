@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.query_api.answer import cited_sources, extractive
-from services.query_api.answer_kind import DATE, NUMBER, PERSON, classify
+from services.query_api.answer_kind import DATE, NUMBER, ORGANISATION, PERSON, classify
 from services.query_api.answer_span import Mention, answer_span
 from services.query_api.schemas import Context
 
@@ -47,6 +47,12 @@ MENTIONS = [
         ("How many people live in the town?", "span", NUMBER),
         ("Are Christopher Nolan and Sathish Kalathil both film directors?", "yesno", None),
         ("Which magazine was started first, Arthur's Magazine or First for Women?", "choice", None),
+        # asked in place, at the end
+        ("Scaredy Squirrel was written by who?", "span", PERSON),
+        # the head is the phrase's last noun; the phrase ends at its first function word
+        ("Simon & Simon starred which television and movie actor from the US?", "span", PERSON),
+        ("What is the name of the pop band founded by one of the stars?", "span", ORGANISATION),
+        ("She starred in what for seven years?", "span", None),
     ],
 )
 def test_question_kinds(question: str, form: str, first_tier: tuple[str, ...] | None) -> None:
@@ -54,6 +60,8 @@ def test_question_kinds(question: str, form: str, first_tier: tuple[str, ...] | 
     assert kind.form == form
     if first_tier is not None:
         assert kind.tiers[0] == first_tier
+    elif form == "span":
+        assert kind.tiers == ()  # no head noun: any entity
 
 
 def test_choice_options_and_direction_ignore_the_options_words() -> None:
