@@ -28,6 +28,13 @@ def table(report: dict[str, Any]) -> str:
                 f" {m['answer_em']:>6.3f} {m['answer_f1']:>6.3f} {m['answer_contains']:>6.3f}"
                 f" {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['n']:>4}"
             )
+    for mode, rep in report["modes"].items():
+        cost = rep.get("overall", {})
+        if cost.get("llm_calls"):
+            lines.append(
+                f"{mode}: {cost['llm_calls']:.2f} LLM calls and {cost['llm_tokens']:.0f} tokens"
+                " (prompt + completion) per question"
+            )
     lines.append(
         f"last: mean rank of the last gold document ({k + 1} when one is not in the first {k});"
         " EM / F1: SQuAD-normalised exact match and token F1; has: answer contains it"

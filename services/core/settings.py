@@ -289,6 +289,14 @@ class Settings(BaseSettings):
         description="Local mode re-seeds a second PPR walk from the entities of this many top "
         "fused passages that the question does not name (0: one walk). docs/retrieval.md.",
     )
+    query_local_followups: int = Field(
+        default=0,
+        ge=0,
+        le=3,
+        description="With an LLM configured: after a local retrieval the LLM may name the fact "
+        "still missing as a search query, this many times at most; each query's local "
+        "retrieval is merged by reciprocal rank (IRCoT-style; 0: off). docs/retrieval.md.",
+    )
     query_local_hub_damping: bool = Field(
         default=False,
         description="Local mode's passage-entity edges weigh 1/ln(1 + df) (df = passages "

@@ -26,6 +26,8 @@ class QuestionResult:
     mode_used: str = ""
     answer: str = ""
     references: tuple[str, ...] = ()  # the reference answer and its aliases
+    llm_calls: int = 0  # chat completions the query made (routing, follow-ups, answer)
+    llm_tokens: int = 0  # their prompt + completion tokens
 
 
 def dedupe(doc_ids: Iterable[str]) -> list[str]:
@@ -71,8 +73,8 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
     """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5",
-    "last_gold_rank", "answer_em", "answer_f1", "answer_contains"} over the results ("recall"
-    is recall@k).
+    "last_gold_rank", "answer_em", "answer_f1", "answer_contains", "llm_calls", "llm_tokens"}
+    over the results ("recall" is recall@k; LLM calls and tokens per question: the cost).
     Answer metrics average over the questions that have a reference answer (0 when none has)."""
     n = len(results)
 
@@ -98,6 +100,8 @@ def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
         "answer_em": answers(exact_match),
         "answer_f1": answers(token_f1),
         "answer_contains": answers(contains),
+        "llm_calls": mean(r.llm_calls for r in results),
+        "llm_tokens": mean(r.llm_tokens for r in results),
     }
 
 
@@ -116,6 +120,8 @@ def question_row(r: QuestionResult, k: int) -> dict[str, Any]:
         "answer_em": best_over(exact_match, r.answer, r.references),
         "answer_f1": round(best_over(token_f1, r.answer, r.references), 4),
         "answer_contains": best_over(contains, r.answer, r.references),
+        "llm_calls": r.llm_calls,
+        "llm_tokens": r.llm_tokens,
         "latency_ms": round(r.latency_ms, 1),
     }
 

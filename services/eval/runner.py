@@ -236,6 +236,8 @@ async def run_questions(
                 mode_used=resp.mode_used,
                 answer=resp.answer,
                 references=references(q),
+                llm_calls=resp.tokens.get("calls", 0),
+                llm_tokens=resp.tokens.get("prompt", 0) + resp.tokens.get("completion", 0),
             )
         )
     return results

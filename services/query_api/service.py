@@ -20,7 +20,7 @@ from services.core.extraction import Extractor
 from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
 from services.query_api import answer as answers
-from services.query_api import router
+from services.query_api import followup, router
 from services.query_api.answer_span import TOP_CONTEXTS
 from services.query_api.global_mode import global_retrieve
 from services.query_api.grounding import ground
@@ -47,6 +47,7 @@ class QueryConfig:
     rrf_k: int = 60
     path_max_hops: int = 6
     global_communities: int = 8
+    local_followups: int = 0  # LLM follow-up searches after a local retrieval (0: none)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryConfig:
@@ -66,6 +67,7 @@ class QueryConfig:
             rrf_k=settings.query_rrf_k,
             path_max_hops=settings.query_path_max_hops,
             global_communities=settings.query_global_communities,
+            local_followups=settings.query_local_followups,
         )
 
 
@@ -115,6 +117,8 @@ class QueryService:
             if result.mode != "global":  # the offline answer (or an LLM's fallback) reads them
                 top = result.contexts[:TOP_CONTEXTS]
                 result.mentions = await context_mentions(conn, top)
+        if result.mode == "local" and self.llm is not None and self.config.local_followups:
+            await self._follow_up(self.llm, req, result, usage, caller)  # outside the read
         t_retrieve = time.perf_counter()
         try:
             text_answer, support = await self._answer(req, result, usage)
@@ -161,6 +165,47 @@ class QueryService:
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
         )
+
+    async def _follow_up(
+        self, llm: ChatModel, req: QueryRequest, result: Retrieval, usage: Usage, caller: Caller
+    ) -> None:
+        """IRCoT-style: while the LLM names a missing fact (at most ``local_followups``
+        times), retrieve for its query and merge the rankings by reciprocal rank. Each
+        retrieval reads its own snapshot transaction; a failed LLM keeps what was found."""
+        rankings, asked = [result.contexts], list[str]()
+        for _ in range(self.config.local_followups):
+            top = result.contexts[:TOP_CONTEXTS]
+            try:
+                reply = await self.run_blocking(
+                    followup.ask_followup, llm, req.question, top, list(asked)
+                )
+            except Exception as exc:  # noqa: BLE001 - the retrieval so far still stands
+                result.notes.append(f"LLM follow-up failed ({type(exc).__name__})")
+                break
+            self._count(usage, reply, "followup")
+            query = followup.next_query(reply, req.question, asked)
+            if query is None:
+                break
+            asked.append(query)
+            embedded, spans = await asyncio.gather(
+                self.run_blocking(embed_metered, self.embedder, self.meter, "embed_query", [query]),
+                self._spans(query),
+            )
+            async with read_snapshot(self.engine) as (conn, snapshot_id):
+                found = await self._retrieve(
+                    conn,
+                    req.model_copy(update={"question": query}),
+                    mode="local",
+                    embedding=embedded[0],
+                    spans=spans,
+                    snapshot_id=snapshot_id,
+                    caller=caller,
+                )
+                rankings.append(found.contexts)
+                result.contexts = followup.merge_rankings(rankings, req.k, self.config.rrf_k)
+                result.mentions = await context_mentions(conn, result.contexts[:TOP_CONTEXTS])
+        if asked:
+            result.notes.append("follow-up searches: " + "; ".join(asked))
 
     async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
         if req.mode != "auto":

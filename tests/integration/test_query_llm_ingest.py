@@ -22,7 +22,7 @@ from services.core.infra.manager import Endpoints
 from services.core.infra.topics import ensure_topics
 from services.core.llm.client import process_client
 from services.core.settings import Settings
-from services.query_api import answer, router
+from services.query_api import answer, followup, router
 from services.query_api.app import create_app
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
@@ -40,7 +40,16 @@ def fake_llm(body: dict[str, Any]) -> str:
         return json.dumps({"points": [{"text": "Airports serve their regions", "score": 70}]})
     if system == answer.REDUCE_SYSTEM:
         return "Airports serve their regions [1]."
+    if system == followup.FOLLOWUP_SYSTEM:  # one follow-up search, then enough
+        if "Already searched for:" in body["messages"][1]["content"]:
+            return json.dumps({"answerable": True})
+        return json.dumps({"answerable": False, "query": FOLLOW_UP_QUERY})
     return "Stephen King directed Maximum Overdrive [1]."
+
+
+FOLLOW_UP_QUERY = "Sandra Oh Grey's Anatomy"
+SANDRA_OH = "hotpotqa-7832ff20f664"
+LELAND = "hotpotqa-aebaeed5d73f"
 
 
 @pytest.fixture
@@ -83,6 +92,51 @@ async def test_llm_routes_and_answers_with_citations(
     assert prompt.startswith("Sources:\n\n[1] ")
     assert resp.contexts[0].doc_id in prompt
     assert question in prompt
+
+
+async def test_local_follow_up_searches_merge_by_reciprocal_rank(
+    community_db: str,
+    openai_stub: OpenAIStub,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    openai_stub.chat_handler = fake_llm
+    settings = Settings(
+        database_url=community_db, openai_base_url=openai_stub.base_url, query_local_followups=2
+    )
+    client = process_client(settings)
+    service = build_query_service(
+        settings, make_engine(community_db), embedder, extractor, cpu_pool, client=client
+    )
+    question = "Who directed the film shot in Leland, North Carolina?"
+    try:
+        resp = await service.query(
+            QueryRequest(question=question, mode="local", k=2), Caller.operator()
+        )
+        # the first retrieval's best passage, then the follow-up's (ties keep the first ranking)
+        assert [c.doc_id for c in resp.contexts] == [LELAND, SANDRA_OH]
+        assert resp.contexts[0].score == resp.contexts[1].score == round(1 / 61, 6)
+        assert f"follow-up searches: {FOLLOW_UP_QUERY}" in resp.notes
+        # two follow-up decisions (the second says the passages suffice), then the answer
+        assert resp.tokens["calls"] == 3
+        chat = [r.body for r in openai_stub.requests_to("/chat/completions")]
+        asks = [b for b in chat if b["messages"][0]["content"] == followup.FOLLOWUP_SYSTEM]
+        assert len(asks) == 2
+        assert asks[0]["response_format"] == {"type": "json_object"}
+        assert f"Already searched for: {FOLLOW_UP_QUERY}" in asks[1]["messages"][1]["content"]
+        assert "Sandra Oh" in chat[-1]["messages"][1]["content"]  # the answer reads the merge
+
+        # a failing LLM keeps the first retrieval and still answers
+        openai_stub.fail_next("400")
+        kept = await service.query(
+            QueryRequest(question=question, mode="local", k=2), Caller.operator()
+        )
+        assert "LLM follow-up failed (BadRequestError)" in kept.notes
+        assert SANDRA_OH not in [c.doc_id for c in kept.contexts]
+        assert kept.answer == "Stephen King directed Maximum Overdrive [1]."
+    finally:
+        await service.engine.dispose()
 
 
 async def test_llm_router_failure_falls_back_to_heuristics(

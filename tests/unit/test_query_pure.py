@@ -56,7 +56,15 @@ def test_mode_report_shape() -> None:
             references=("Paris", "Lyon"),
         ),
         QuestionResult(
-            "3", "3hop", ["x", "y", "a", "b", "c"], three, 20.0, answer="no idea", references=()
+            "3",
+            "3hop",
+            ["x", "y", "a", "b", "c"],
+            three,
+            20.0,
+            answer="no idea",
+            references=(),
+            llm_calls=3,
+            llm_tokens=300,
         ),
     ]
     report = mode_report(results, k=10)
@@ -72,6 +80,8 @@ def test_mode_report_shape() -> None:
         "recall_at_5",
         "last_gold_rank",
         "answer_em",
+        "llm_calls",
+        "llm_tokens",
         "answer_f1",
         "answer_contains",
     }
@@ -79,6 +89,8 @@ def test_mode_report_shape() -> None:
     assert report["overall"]["mrr"] == pytest.approx((1 + 0.5 + 1 / 3) / 3, abs=1e-4)
     assert report["overall"]["recall_at_2"] == pytest.approx((1 + 0.5 + 0) / 3, abs=1e-4)
     assert report["overall"]["recall_at_5"] == pytest.approx((1 + 0.5 + 1) / 3, abs=1e-4)
+    assert report["overall"]["llm_calls"] == 1.0  # the cost per question
+    assert report["overall"]["llm_tokens"] == 100.0
     # b is missing from the second ranking: it counts k + 1
     assert report["overall"]["last_gold_rank"] == pytest.approx((2 + 11 + 5) / 3, abs=1e-4)
     # answer metrics average over the two questions that have a reference
