@@ -14,8 +14,8 @@ from tests.support.cli import user_env
 pytestmark = pytest.mark.e2e
 
 
-def test_demo_indexes_and_answers(tmp_path: Path) -> None:
-    env = user_env(tmp_path / "home")
+def test_demo_indexes_and_answers(tmp_path: Path, user_home: Path) -> None:
+    env = user_env(user_home)
     done = subprocess.run(
         [sys.executable, "-m", "services.cli.main", "demo"],
         env=env,

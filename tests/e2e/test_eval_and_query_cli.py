@@ -70,8 +70,15 @@ def test_eval_on_the_sample(tmp_path: Path) -> None:
     assert not list((tmp_path / "home").glob("**/postmaster.pid"))
 
 
-def test_eval_keep_reuses_the_ingest(tmp_path: Path) -> None:
-    keep = tmp_path / "kept"
+@pytest.fixture
+def keep(tmp_path: Path) -> Iterator[Path]:
+    """A --keep home, purged afterwards like ``user_home`` (tests/e2e/conftest.py)."""
+    home = tmp_path / "kept"
+    yield home
+    EmbeddedPostgres(home).purge()
+
+
+def test_eval_keep_reuses_the_ingest(tmp_path: Path, keep: Path) -> None:
     first = run_eval(tmp_path, "--keep", str(keep), "--modes", "vector,local", "--json")
     assert first.returncode == 0, first.stderr[-3000:]
     assert not list(keep.glob("**/postmaster.pid"))  # stopped, not left running

@@ -21,9 +21,11 @@ from tests.support.cli import user_env
 pytestmark = pytest.mark.e2e
 
 
-def test_up_prints_its_addresses_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+def test_up_prints_its_addresses_and_stops_cleanly_on_ctrl_c(
+    tmp_path: Path, user_home: Path
+) -> None:
     port = free_port()
-    env = user_env(tmp_path / "home", api_port=str(port), log_level="INFO", log_format="json")
+    env = user_env(user_home, api_port=str(port), log_level="INFO", log_format="json")
     out_path, err_path = tmp_path / "up.out", tmp_path / "up.err"
     with out_path.open("wb") as out_file, err_path.open("wb") as err_file:
         proc = subprocess.Popen(
