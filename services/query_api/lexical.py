@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -23,11 +23,12 @@ K1 = 1.2
 B = 0.75
 MAX_CANDIDATES = 1000  # postings scored at most (rarest terms first): bounds the latency
 
-_LEXEMES = text(
+_LEXEMES = text("SELECT unnest(tsvector_to_array(to_tsvector('english', :q)))")
+_DOCUMENT_FREQUENCIES = text(
     "SELECT l.lexeme, (SELECT count(*) FROM chunks c WHERE c.tsv @@ to_tsquery('simple',"
-    " quote_literal(l.lexeme))) FROM unnest(tsvector_to_array(to_tsvector('english', :q)))"
-    " AS l(lexeme)"
+    " quote_literal(l.lexeme))) FROM unnest(CAST(:lex AS text[])) AS l(lexeme)"
 )
+MAX_CACHED_LEXEMES = 50_000  # a memory bound (a few MB), not a tuning knob
 _STATS = text("SELECT count(*), coalesce(avg(length(tsv)), 1) FROM chunks")
 _CANDIDATES = (
     "WITH q AS (SELECT * FROM unnest(CAST(:lex AS text[]), CAST(:idf AS float8[]))"
@@ -52,18 +53,41 @@ _SCORE = Filtered.of(
 )
 
 
+@dataclass
+class DocumentFrequencies:
+    """Chunks containing each lexeme, counted once per statistics refresh: a common lexeme's
+    count reads thousands of index entries on a large corpus (17.6 ms a query at 100k
+    entities, docs/BENCHMARKS.md), and it moves no faster than the chunk count beside it."""
+
+    known: dict[str, int] = field(default_factory=dict)
+
+    async def of(self, conn: AsyncConnection, lexemes: Sequence[str]) -> dict[str, int]:
+        """Lexeme -> document frequency, counting only the lexemes not seen since the refresh."""
+        missing = sorted(set(lexemes) - self.known.keys())
+        fresh: dict[str, int] = {}
+        if missing:
+            rows = await conn.execute(_DOCUMENT_FREQUENCIES, {"lex": missing})
+            fresh = {str(lex): int(n) for lex, n in rows.all()}
+            if len(self.known) + len(fresh) <= MAX_CACHED_LEXEMES:
+                self.known.update(fresh)
+        return {lex: fresh[lex] if lex in fresh else self.known.get(lex, 0) for lex in lexemes}
+
+
 @dataclass(frozen=True)
 class CorpusStats:
-    """Chunk count and mean full-text length (distinct lexemes) for BM25 and seed IDF."""
+    """Chunk count and mean full-text length (distinct lexemes) for BM25 and seed IDF, and the
+    document frequencies counted since (all refreshed together)."""
 
     chunks: int
     avg_length: float
+    frequencies: DocumentFrequencies = field(default_factory=DocumentFrequencies, compare=False)
 
 
 @dataclass
 class StatsCache:
     """Corpus statistics, recomputed at most every ``ttl_s`` (a full scan is too slow to do per
-    query on a large corpus; IDF barely moves in half a minute)."""
+    query on a large corpus; IDF barely moves in half a minute). A refresh starts a new set of
+    document frequencies."""
 
     ttl_s: float = 30.0
     _value: CorpusStats | None = None
@@ -99,9 +123,9 @@ async def bm25_search(
 ) -> dict[int, float]:
     """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
     indexed)."""
-    rows = (await conn.execute(_LEXEMES, {"q": question})).all()
+    asked = [str(r[0]) for r in (await conn.execute(_LEXEMES, {"q": question})).all()]
     n, avglen = stats.chunks, stats.avg_length
-    dfs = {str(r[0]): int(r[1]) for r in rows}
+    dfs = await stats.frequencies.of(conn, asked)
     terms = useful_terms(dfs, n)
     if not terms:
         return {}

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from typing import Any, cast
+
 import networkx as nx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.eval.metrics import (
     QuestionResult,
@@ -16,7 +19,15 @@ from services.eval.metrics import (
 from services.query_api.answer import parse_points
 from services.query_api.global_mode import breadth_level
 from services.query_api.ingest import delete_event, validate_batch
-from services.query_api.lexical import candidate_terms, idf, or_query, rrf, useful_terms
+from services.query_api.lexical import (
+    CorpusStats,
+    DocumentFrequencies,
+    candidate_terms,
+    idf,
+    or_query,
+    rrf,
+    useful_terms,
+)
 from services.query_api.llm import ChatReply
 from services.query_api.paths import k_shortest, named_ends, path_score
 from services.query_api.router import heuristic_route, parse_llm_route
@@ -199,3 +210,27 @@ def test_ingest_validation_is_all_or_nothing() -> None:
     assert validate_batch(good, 10, 2)[1][0]["errors"][0].startswith("oversize")
     event = delete_event("d1")
     assert validate_batch(event, 10_000, 1) == ([event], [])
+
+
+class _CountingConn:
+    """Answers the document-frequency statement from a table and records what it was asked."""
+
+    def __init__(self, table: dict[str, int]) -> None:
+        self.table, self.asked = table, list[list[str]]()
+
+    async def execute(self, _statement: object, values: dict[str, list[str]]) -> Any:
+        self.asked.append(list(values["lex"]))
+        rows = [(lex, self.table.get(lex, 0)) for lex in values["lex"]]
+        return type("Result", (), {"all": lambda _self: rows})()
+
+
+async def test_document_frequencies_are_counted_once_per_refresh() -> None:
+    conn = _CountingConn({"film": 120, "nolan": 3})
+    dfs = DocumentFrequencies()
+    first = await dfs.of(cast(AsyncConnection, conn), ["nolan", "film", "nolan"])
+    assert first == {"nolan": 3, "film": 120}
+    again = await dfs.of(cast(AsyncConnection, conn), ["film", "inception"])
+    assert again == {"film": 120, "inception": 0}
+    assert conn.asked == [["film", "nolan"], ["inception"]]  # only what was not known
+    # a refresh of the statistics starts over
+    assert CorpusStats(10, 5.0).frequencies.known == {}
