@@ -34,7 +34,7 @@ from services.eval.metrics import QuestionResult, dedupe, mode_report, question_
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.handlers import handle_batch
 from services.query_api.schemas import QueryRequest
-from services.query_api.service import QueryService, build_query_service
+from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
 
 log = logging.getLogger(__name__)
 BATCH = 16
@@ -281,8 +281,10 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
                 unavailable = await ensure_snapshot(engine, settings, url)
                 if unavailable is not None:
                     outcome.notes.append(f"global: {unavailable}")
+            # the questions get the API's model threads, so latencies are the API's
+            queries = stack.enter_context(ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS))
             service = build_query_service(
-                settings, engine, embedder, extractor, pool, client=client
+                settings, engine, embedder, extractor, queries, client=client
             )
             if config.on_service is not None:
                 service = config.on_service(service)

@@ -26,7 +26,7 @@ from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import BodyLimits, QueryGate
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
 from services.query_api.routes import router
-from services.query_api.service import QueryService, build_query_service
+from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
 
 QUERY_PATHS = ("/v1/query", "/v1/paths")  # the routes whose work grows with the request
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def build_service(settings: Settings, database_url: str) -> QueryService:
         make_engine(database_url),
         build_embedder(settings, client),
         build_extractor(settings, client),
-        ThreadPoolExecutor(max_workers=2, thread_name_prefix="kgstream-query"),
+        ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS, thread_name_prefix="kgstream-query"),
         client=client,
         meter=PrometheusModelMeter(),
     )

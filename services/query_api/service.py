@@ -34,6 +34,8 @@ from services.query_api.snapshot import read_snapshot
 from services.query_api.vector import hybrid_search
 
 T = TypeVar("T")
+# Model threads of a query process: the question's embedding and its NER run side by side.
+QUERY_CPU_WORKERS = 2
 
 
 @dataclass(frozen=True)
