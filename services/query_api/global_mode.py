@@ -8,12 +8,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
+from services.query_api.community_vectors import CommunityVectors
 from services.query_api.lexical import or_query
 from services.query_api.retrieval import Retrieval
 from services.query_api.schemas import CommunityHit, CommunitySummary, Context, QueryRequest
@@ -45,6 +47,9 @@ _EMBEDDING_HEAD = (
 _EMBEDDING_ORDER = " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
 _BY_EMBEDDING = Filtered.of(
     _EMBEDDING_HEAD + _EMBEDDING_ORDER, _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER
+)
+_BY_ID = text(
+    "SELECT id, level, title, summary, rating, size FROM communities WHERE id = ANY(:ids)"
 )
 _TEXT_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
@@ -105,15 +110,26 @@ async def rank_communities(
     embedding: Sequence[float],
     n: int,
     caller: Caller,
+    vectors: CommunityVectors | None = None,
 ) -> list[CommunityHit]:
     """The n communities of the level (None: the leaves) the caller may read, closest to the
-    question."""
+    question (ranked in memory from ``vectors`` when the caller may read them all)."""
     params = {"s": snapshot_id, "l": level, "n": n, "q": vector_literal(embedding)}
-    rows = (await conn.execute(*_BY_EMBEDDING.bind(caller, params))).all()
+    if caller.admin and vectors is not None:
+        # every community is readable: rank in memory, then read the n rows by id
+        best = (await vectors.level(conn, snapshot_id, level)).top(embedding, n)
+        found = (await conn.execute(_BY_ID, {"ids": [i for i, _ in best]})).all()
+        by_id = {int(r[0]): r for r in found}
+        rows: list[tuple[Any, ...]] = [(*by_id[i][:6], cos) for i, cos in best if i in by_id]
+    else:
+        rows = [tuple(r) for r in (await conn.execute(*_BY_EMBEDDING.bind(caller, params))).all()]
     if not rows:
         lexemes = (await conn.scalar(_QUERY_LEXEMES, {"q": question})) or []
         tsq = or_query(list(lexemes)) or "''"
-        rows = (await conn.execute(*_BY_TEXT.bind(caller, {**params, "tsq": tsq}))).all()
+        rows = [
+            tuple(r)
+            for r in (await conn.execute(*_BY_TEXT.bind(caller, {**params, "tsq": tsq}))).all()
+        ]
     return [
         CommunityHit(
             id=int(r[0]),
@@ -153,6 +169,7 @@ async def global_retrieve(
     n: int,
     *,
     caller: Caller,
+    vectors: CommunityVectors | None = None,
 ) -> Retrieval | None:
     """Top communities at the requested (or breadth-chosen) level and their passages; None
     when there is no published snapshot with communities."""
@@ -171,6 +188,7 @@ async def global_retrieve(
         embedding=embedding,
         n=n,
         caller=caller,
+        vectors=vectors,
     )
     ids = [h.id for h in hits]
     passages = await member_passages(conn, snapshot_id, ids, embedding, req.k, caller=caller)

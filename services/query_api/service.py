@@ -22,6 +22,7 @@ from services.core.settings import Settings
 from services.query_api import answer as answers
 from services.query_api import followup, router
 from services.query_api.answer_span import TOP_CONTEXTS
+from services.query_api.community_vectors import CommunityVectors
 from services.query_api.global_mode import global_retrieve
 from services.query_api.grounding import ground
 from services.query_api.lexical import CorpusStats, StatsCache
@@ -84,6 +85,7 @@ class QueryService:
     config: QueryConfig = field(default_factory=QueryConfig)
     llm: ChatModel | None = None
     stats: StatsCache = field(default_factory=StatsCache)
+    community_vectors: CommunityVectors = field(default_factory=CommunityVectors)
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
@@ -238,7 +240,13 @@ class QueryService:
         stats = await self.stats.get(conn)
         if mode == "global":
             found = await global_retrieve(
-                conn, req, embedding, snapshot_id, self.config.global_communities, caller=caller
+                conn,
+                req,
+                embedding,
+                snapshot_id,
+                self.config.global_communities,
+                caller=caller,
+                vectors=self.community_vectors,
             )
             if found is not None:
                 return found

@@ -3,13 +3,16 @@ path as application/problem+json."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
@@ -17,6 +20,8 @@ from services.core.infra.manager import Endpoints
 from services.core.infra.ports import free_port
 from services.core.settings import Settings
 from services.query_api.app import create_app
+from services.query_api.community_vectors import CommunityVectors
+from services.query_api.global_mode import rank_communities
 from services.query_api.service import build_query_service
 from tests.conftest import Infra
 
@@ -100,6 +105,40 @@ async def test_global_ranks_communities_by_breadth(api: httpx.AsyncClient) -> No
     assert leaf["communities"][0]["id"] == 3
     level1 = await ask(api, question="airports", mode="global", level=1)
     assert [c["id"] for c in level1["communities"]] == [3]
+
+
+async def test_in_memory_community_ranking_matches_sql(
+    community_db: str, embedder: OnnxMiniLmEmbedder
+) -> None:
+    engine = make_engine(community_db)
+    vectors = CommunityVectors()
+    operator = Caller.operator()
+    try:
+        async with engine.connect() as conn:
+            snapshot = int(await conn.scalar(text("SELECT max(id) FROM snapshots")))
+            for question in ("Which airport is county-owned?", "main themes", "Leland"):
+                embedding = embedder.embed([question])[0]
+                for level in (None, 0, 1):
+                    rank = functools.partial(
+                        rank_communities,
+                        conn,
+                        snapshot_id=snapshot,
+                        level=level,
+                        question=question,
+                        embedding=embedding,
+                        n=8,
+                        caller=operator,
+                    )
+                    by_sql, in_memory = await rank(), await rank(vectors=vectors)
+                    assert [h.id for h in in_memory] == [h.id for h in by_sql], (question, level)
+                    for a, b in zip(in_memory, by_sql, strict=True):
+                        assert a.score == pytest.approx(b.score, abs=1e-5)
+                        assert (a.title, a.level, a.size) == (b.title, b.level, b.size)
+            # an older snapshot's matrices are dropped when a newer one is read
+            await vectors.level(conn, snapshot + 1, None)
+            assert {key[0] for key in vectors._levels} == {snapshot + 1}
+    finally:
+        await engine.dispose()
 
 
 async def test_path_mode_explains_the_connection(api: httpx.AsyncClient) -> None:

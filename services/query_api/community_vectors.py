@@ -1,0 +1,69 @@
+"""A published snapshot's community summary embeddings, held in memory as one matrix per level:
+snapshots are immutable, so global mode ranks them with one matrix product instead of reading
+every community's vector from the table on every query (25.5 ms a query for 5,491 communities
+at 10k documents, docs/BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# :l is a level, or NULL for the leaves (as in global_mode).
+_VECTORS = text(
+    "SELECT id, CAST(embedding AS real[]) FROM communities WHERE snapshot_id = :s"
+    " AND embedding IS NOT NULL AND (level = CAST(:l AS integer) OR (CAST(:l AS integer) IS NULL"
+    " AND id NOT IN (SELECT parent_id FROM communities WHERE snapshot_id = :s"
+    " AND parent_id IS NOT NULL)))"
+)
+
+
+@dataclass(frozen=True)
+class LevelVectors:
+    """The ids and unit-length embeddings of one level's communities (rows in id order)."""
+
+    ids: npt.NDArray[np.int64]
+    unit: npt.NDArray[np.float32]
+
+    def top(self, embedding: Sequence[float], n: int) -> list[tuple[int, float]]:
+        """(id, cosine) of the n closest, closest first; ties by id, as the SQL ranking."""
+        if not len(self.ids) or n <= 0:
+            return []
+        q = np.asarray(embedding, dtype=np.float32)
+        norm = float(np.linalg.norm(q))
+        cos = self.unit @ (q / norm if norm else q)
+        order = np.lexsort((self.ids, -cos))[:n]
+        return [(int(self.ids[i]), float(cos[i])) for i in order]
+
+
+@dataclass
+class CommunityVectors:
+    """Per (snapshot, level) matrices of the newest snapshot asked about; an older snapshot's
+    are dropped when a newer one is loaded (a reader still inside it loads it again)."""
+
+    _levels: dict[tuple[int, int | None], LevelVectors] = field(default_factory=dict)
+
+    async def level(
+        self, conn: AsyncConnection, snapshot_id: int, level: int | None
+    ) -> LevelVectors:
+        """The level's vectors, read from ``conn`` the first time they are asked for."""
+        key = (snapshot_id, level)
+        found = self._levels.get(key)
+        if found is None:
+            found_rows = (await conn.execute(_VECTORS, {"s": snapshot_id, "l": level})).all()
+            rows = sorted(found_rows, key=lambda r: int(r[0]))
+            ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
+            width = len(rows[0][1]) if rows else 0
+            matrix = np.array([r[1] for r in rows], dtype=np.float32).reshape(len(rows), width)
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            unit = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+            found = LevelVectors(ids, unit)
+            newest = max([snapshot_id, *(s for s, _ in self._levels)])
+            self._levels = {k: v for k, v in self._levels.items() if k[0] == newest}
+            if snapshot_id == newest:
+                self._levels[key] = found
+        return found

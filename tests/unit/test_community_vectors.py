@@ -1,0 +1,32 @@
+"""In-memory ranking of a snapshot's community embeddings (pure part)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.query_api.community_vectors import LevelVectors
+
+
+def vectors(rows: dict[int, list[float]]) -> LevelVectors:
+    ids = np.array(sorted(rows), dtype=np.int64)
+    matrix = np.array([rows[i] for i in sorted(rows)], dtype=np.float32)
+    return LevelVectors(ids, matrix / np.linalg.norm(matrix, axis=1, keepdims=True))
+
+
+def test_closest_first_by_cosine_ties_by_id() -> None:
+    v = vectors({7: [1.0, 0.0], 3: [2.0, 0.0], 5: [0.0, 1.0], 9: [1.0, 1.0]})
+    best = v.top([3.0, 0.0], 3)  # the query's length does not matter
+    assert [i for i, _ in best] == [3, 7, 9]  # 3 and 7 tie at cosine 1: the lower id first
+    assert best[0][1] == pytest.approx(1.0)
+    assert best[2][1] == pytest.approx(1 / np.sqrt(2))
+    assert v.top([0.0, 1.0], 10)[0][0] == 5
+    assert len(v.top([0.0, 1.0], 10)) == 4
+
+
+def test_empty_level_and_zero_query() -> None:
+    empty = LevelVectors(np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.float32))
+    assert empty.top([1.0, 0.0], 5) == []
+    v = vectors({1: [1.0, 0.0]})
+    assert v.top([0.0, 0.0], 1) == [(1, 0.0)]
+    assert v.top([1.0, 0.0], 0) == []
