@@ -34,7 +34,8 @@ for _nouns, _labels in (
         "venue stadium arena airport",
         (PLACE, ORGANISATION),
     ),
-    ("nationality language ethnicity religion", (NATIONALITY,)),
+    ("nationality ethnicity religion", (NATIONALITY,)),
+    ("language", (("LANGUAGE",), NATIONALITY)),  # the head noun names the label itself
     (
         "company band team organization organisation group university college school club "
         "network channel label party agency airline firm brand newspaper magazine studio "

@@ -53,6 +53,9 @@ MENTIONS = [
         ("Simon & Simon starred which television and movie actor from the US?", "span", PERSON),
         ("What is the name of the pop band founded by one of the stars?", "span", ORGANISATION),
         ("She starred in what for seven years?", "span", None),
+        # "language" names spaCy's LANGUAGE label; nationalities (NORP) come second
+        ("What language were the books translated into?", "span", ("LANGUAGE",)),
+        ("What nationality is the author?", "span", ("NORP", "LANGUAGE")),
     ],
 )
 def test_question_kinds(question: str, form: str, first_tier: tuple[str, ...] | None) -> None:
