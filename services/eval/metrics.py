@@ -1,8 +1,8 @@
 """Retrieval and answer metrics (pure): recall@2/@5/@k, all-gold@k, MRR and the last gold
-document's rank by doc_id, answer
-exact match / token F1 / containment (services/eval/answer_scores.py), latency percentiles, and
-the per-mode summary the eval command prints: overall, by question type, by number of gold
-documents (the hop count of a multi-hop question)."""
+document's rank by doc_id, answer exact match / token F1 / containment
+(services/eval/answer_scores.py), latency percentiles, and the per-mode summary the eval
+command prints: overall, by question type, by number of gold documents (the hop count of a
+multi-hop question)."""
 
 from __future__ import annotations
 

@@ -77,9 +77,11 @@ WH_WORDS = word_set("what which who whom whose when where why how")
 CONNECTORS = word_set("of the and for de du la le von van")
 ARTICLES = word_set("a an the")
 # Words that end the noun phrase after "what" / "which": verbs, prepositions, articles.
-PHRASE_ENDS = AUXILIARIES | word_set(
-    "a an the in on at to for from by with as than that who whom whose which what when where "
-    "does do did been being has have had"
+PHRASE_ENDS = (
+    AUXILIARIES
+    | ARTICLES
+    | WH_WORDS
+    | word_set("in on at to for from by with as than that been being")
 )
 # A sentence ends at . ! ? before a capital, digit, quote or bracket (not "St. louis"), or a line.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n+")

@@ -171,8 +171,9 @@ async def ground(
     can see, by the names it can see)."""
     places = key_places(question, spans)
     rows = (await conn.execute(*_EXACT.bind(caller, {"k": sorted(places)}))).all()
-    inside = subsumed({str(r[3]) for r in rows}, places)
-    kept = {str(r[3]) for r in rows} - inside
+    matched = {str(r[3]) for r in rows}
+    inside = subsumed(matched, places)
+    kept = matched - inside
     found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows if str(r[3]) in kept}
     for span in dict.fromkeys(spans):
         if entity_key(span) in inside:

@@ -99,14 +99,7 @@ class QueryService:
         usage = Usage()
         mode, routed_why = await self._mode(req, usage)
         t_route = time.perf_counter()
-        # The question's embedding and its entity spans are independent: compute both at once.
-        embedded, spans = await asyncio.gather(
-            self.run_blocking(
-                embed_metered, self.embedder, self.meter, "embed_query", [req.question]
-            ),
-            self._spans(req.question) if mode in ("local", "path") else _no_spans(),
-        )
-        embedding = embedded[0]
+        embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
         async with read_snapshot(self.engine) as (conn, snapshot_id):
             result = await self._retrieve(
@@ -191,16 +184,13 @@ class QueryService:
             if query is None:
                 break
             asked.append(query)
-            embedded, spans = await asyncio.gather(
-                self.run_blocking(embed_metered, self.embedder, self.meter, "embed_query", [query]),
-                self._spans(query),
-            )
+            embedding, spans = await self._read_question(query, with_spans=True)
             async with read_snapshot(self.engine) as (conn, snapshot_id):
                 found = await self._retrieve(
                     conn,
                     req.model_copy(update={"question": query}),
                     mode="local",
-                    embedding=embedded[0],
+                    embedding=embedding,
                     spans=spans,
                     snapshot_id=snapshot_id,
                     caller=caller,
@@ -309,6 +299,17 @@ class QueryService:
             caller=caller,
         )
         return await contexts_for(conn, ranked, caller=caller)
+
+    async def _read_question(
+        self, question: str, with_spans: bool
+    ) -> tuple[list[float], list[str]]:
+        """The question's embedding and (for the graph modes) its entity spans: independent,
+        so both are computed at once."""
+        embedded, spans = await asyncio.gather(
+            self.run_blocking(embed_metered, self.embedder, self.meter, "embed_query", [question]),
+            self._spans(question) if with_spans else _no_spans(),
+        )
+        return embedded[0], spans
 
     async def _spans(self, question: str) -> list[str]:
         found = await self.run_blocking(extract_metered, self.extractor, self.meter, [question])
