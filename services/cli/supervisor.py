@@ -1,7 +1,12 @@
 """`kgstream up` and `kgstream demo`: bring infrastructure, migrations and the worker processes
-up in the foreground, and take all of it down again on Ctrl-C or when the demo ends. An indexer
-that exits (e.g. its rejoin watchdog: services/indexer/membership.py) is restarted with a
-bounded backoff; any other process that exits ends the stack."""
+up in the foreground, and take all of it down again on Ctrl-C or when the demo ends.
+
+Every worker that exits (a crash, a kill, the indexer's rejoin watchdog:
+services/indexer/membership.py) is started again after a backoff (services/cli/restarts.py);
+a crash loop is reported and retried at the capped backoff for as long as `up` runs, because a
+dead worker must never take the infrastructure, and the events the broker holds, down with it.
+Only before the stack was ready the first time does a crash loop end `up` (bad settings: nothing
+was served yet). The embedded servers are watched too (services/cli/infra_watch.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from services.cli.infra_watch import InfraWatch, say
+from services.cli.restarts import RestartPolicy
 from services.core.db import migrations
 from services.core.db.engine import make_engine
 from services.core.infra.manager import (
@@ -30,42 +37,9 @@ from services.core.infra.manager import (
 from services.core.processes import host_name, live_processes
 from services.core.settings import Settings
 
-RESTARTED = ("indexer",)
-"""Processes restarted when they exit: the indexer resumes from its committed offsets."""
-
-
-class RestartPolicy:
-    """Backoff between restarts of one process: ``base_s``, doubling up to ``cap_s``. A process
-    that ran for ``stable_s`` before exiting starts the count again; after ``max_quick``
-    restarts in a row that each exited sooner, it gives up (a crash loop, e.g. bad settings)."""
-
-    def __init__(
-        self,
-        base_s: float = 1.0,
-        cap_s: float = 30.0,
-        stable_s: float = 60.0,
-        max_quick: int = 5,
-    ) -> None:
-        self.base_s, self.cap_s, self.stable_s, self.max_quick = base_s, cap_s, stable_s, max_quick
-        self.quick = 0
-        self.started_at = time.monotonic()
-        self.due_at: float | None = None
-
-    def on_exit(self, now: float) -> float | None:
-        """The process exited at ``now``: seconds to wait before restarting it, or None to give
-        up. Schedules the restart (``due_at``)."""
-        if now - self.started_at >= self.stable_s:
-            self.quick = 0
-        self.quick += 1
-        if self.quick > self.max_quick:
-            return None
-        delay = min(self.cap_s, self.base_s * 2.0 ** (self.quick - 1))
-        self.due_at = now + delay
-        return delay
-
-    def on_start(self, now: float) -> None:
-        """The process was (re)started at ``now``."""
-        self.started_at, self.due_at = now, None
+WORKERS = ("indexer", "communities", "query-api")
+"""The processes `up` starts, and starts again whenever one exits: the indexer resumes from its
+committed offsets, the communities worker from the database, and the query API keeps no state."""
 
 
 @dataclass
@@ -77,40 +51,57 @@ class Stack:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     restarts: dict[str, RestartPolicy] = field(default_factory=dict)
+    infra: InfraWatch | None = None
+    ready: bool = False
+    """Set once the stack first answered /readyz: from then on no exit ends it."""
 
     def start(self, name: str) -> None:
         """Start (or restart) the ``kgstream worker NAME`` process."""
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "services.cli.main", "worker", name], env=self.env
         )
-        if name in RESTARTED:
-            self.restarts.setdefault(name, RestartPolicy()).on_start(time.monotonic())
+        self.restarts.setdefault(name, RestartPolicy()).on_start(time.monotonic())
 
     def check_alive(self) -> None:
-        """Restart an indexer that exited once its backoff has passed; raise if another process
-        exited, or if the indexer keeps exiting soon after each start."""
+        """Restart each worker that exited once its backoff has passed, and the embedded
+        servers (``infra``); raise only for a crash loop before the stack was first ready."""
         now = time.monotonic()
+        if self.infra is not None:
+            moved = self.infra.check(now)
+            if moved is not None and moved != self.endpoints:
+                self._move_to(moved)
         for name, proc in list(self.processes.items()):
             code = proc.poll()
             if code is None:
                 continue
-            policy = self.restarts.get(name)
-            if policy is None:
-                raise RuntimeError(f"the {name} process exited with code {code}")
+            policy = self.restarts[name]
             if policy.due_at is None:
                 delay = policy.on_exit(now)
-                if delay is None:
+                if policy.crash_looping and not self.ready:
                     raise RuntimeError(
                         f"the {name} process exited with code {code}, {policy.quick} times in a "
                         f"row within {policy.stable_s:g} s of starting: not restarting it again"
                     )
-                _say(
-                    f"the {name} process exited with code {code}: restarting it in {delay:g} s "
-                    f"(restart {policy.quick} of at most {policy.max_quick} in a row)"
-                )
+                say(f"the {name} process exited with code {code}: restarting it in {delay:g} s")
+                if policy.crash_looping:
+                    say(
+                        f"CRASH LOOP: the {name} process exited {policy.quick} times in a row "
+                        f"within {policy.stable_s:g} s of starting (its log above says why); "
+                        f"restarting it every {policy.cap_s:g} s while the rest keeps running"
+                    )
             elif now >= policy.due_at:
                 self.start(name)
-                _say(f"restarted the {name} process (pid {self.processes[name].pid})")
+                say(f"restarted the {name} process (pid {self.processes[name].pid})")
+
+    def _move_to(self, endpoints: Endpoints) -> None:
+        # A restarted embedded server found its old port taken: the workers must reconnect.
+        self.endpoints = endpoints
+        self.env["KGSTREAM_DATABASE_URL"] = endpoints.database_url
+        self.env["KGSTREAM_KAFKA_BOOTSTRAP_SERVERS"] = endpoints.kafka_bootstrap_servers
+        say("the embedded servers moved to new ports: restarting the workers")
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
 
     def metrics_urls(self, timeout: float = 60) -> dict[str, str | None]:
         """Each process's metrics address from the processes table, once all registered
@@ -164,11 +155,13 @@ def running_stack(
         "KGSTREAM_LOG_LEVEL": child_log_level or settings.log_level,
         **(extra_env or {}),
     }
-    stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}", env=env)
+    infra = InfraWatch(settings, owned=not was_running)
+    stack = Stack(endpoints, f"http://{settings.api_host}:{api_port}", env=env, infra=infra)
     try:
-        for name in ("indexer", "communities", "query-api"):
+        for name in WORKERS:
             stack.start(name)
         wait_http(stack, f"{stack.api_url}/readyz", timeout=120)
+        stack.ready = True
         yield stack
     finally:
         for proc in stack.processes.values():
@@ -184,7 +177,7 @@ def running_stack(
 
 
 def wait_http(stack: Stack, url: str, timeout: float) -> None:
-    """Poll a URL until it answers 200, failing fast if a worker dies meanwhile."""
+    """Poll a URL until it answers 200, failing fast if a worker crash-loops meanwhile."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         stack.check_alive()
@@ -193,10 +186,6 @@ def wait_http(stack: Stack, url: str, timeout: float) -> None:
                 return
         time.sleep(0.3)
     raise TimeoutError(f"{url} did not become ready within {timeout:.0f}s")
-
-
-def _say(line: str) -> None:
-    print(f"kgstream up: {line}", file=sys.stderr, flush=True)
 
 
 def _infra_alive(settings: Settings) -> bool:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from services.core.settings import Settings
@@ -56,3 +61,44 @@ def kgstream(
         timeout=timeout,
         check=False,
     )
+
+
+@dataclass
+class Up:
+    """A running `kgstream up` and the files its stdout and stderr go to."""
+
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+
+    def log(self) -> str:
+        """Its stdout and the end of its stderr, for assertion messages."""
+        return self.out.read_text() + self.err.read_text()[-4000:]
+
+
+@contextlib.contextmanager
+def kgstream_up(env: dict[str, str], cwd: Path, timeout: float = 300) -> Iterator[Up]:
+    """`kgstream up` in its own process group (like a terminal's foreground job), once it says
+    "Ctrl-C to stop"; the group is SIGKILLed at the end if `up` still runs."""
+    out, err = cwd / "up.out", cwd / "up.err"
+    with out.open("wb") as out_file, err.open("wb") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "up"],
+            env=env,
+            cwd=cwd,
+            stdout=out_file,
+            stderr=err_file,
+            start_new_session=True,
+        )
+    up = Up(proc, out, err)
+    try:
+        deadline = time.monotonic() + timeout
+        while "Ctrl-C to stop" not in out.read_text():
+            assert proc.poll() is None, up.log()
+            assert time.monotonic() < deadline, up.log()
+            time.sleep(0.5)
+        yield up
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

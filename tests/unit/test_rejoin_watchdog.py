@@ -1,18 +1,16 @@
-"""The indexer's rejoin watchdog (services/indexer/membership.py), its /healthz, and the restart
-backoff of `kgstream up` (services/cli/supervisor.py), on fake clocks and fake processes."""
+"""The indexer's rejoin watchdog (services/indexer/membership.py) and its /healthz, on fake
+clocks (the restarts of `kgstream up`: tests/unit/test_supervisor.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import pytest
 from aiohttp import web
 
-from services.cli.supervisor import RESTARTED, RestartPolicy, Stack
-from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.core.telemetry.server import OpsServer
 from services.indexer.consumer_state import _chain, describe
@@ -120,68 +118,6 @@ async def test_healthz_reports_the_watchdog_reason() -> None:
     bad = await server._healthz(request)
     assert bad.status == 503
     assert json.loads(cast(bytes, bad.body)) == {"status": "unhealthy", "reason": reason}
-
-
-def test_restart_backoff_doubles_to_a_cap_and_gives_up_on_a_crash_loop() -> None:
-    policy = RestartPolicy(base_s=1, cap_s=4, stable_s=60, max_quick=4)
-    policy.on_start(0)
-    assert [policy.on_exit(1), policy.on_exit(2), policy.on_exit(3), policy.on_exit(4)] == [
-        1,
-        2,
-        4,
-        4,
-    ]
-    assert policy.on_exit(5) is None
-
-
-def test_restart_backoff_resets_after_a_stable_run() -> None:
-    policy = RestartPolicy(base_s=1, cap_s=30, stable_s=60, max_quick=2)
-    policy.on_start(0)
-    assert policy.on_exit(1) == 1
-    policy.on_start(2)
-    assert policy.on_exit(3) == 2
-    policy.on_start(5)
-    assert policy.on_exit(500) == 1  # it ran for 495 s: a new count
-
-
-class FakeProc:
-    def __init__(self, pid: int, code: int | None = None) -> None:
-        self.pid, self.returncode = pid, code
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-
-def test_stack_restarts_an_exited_indexer_after_its_backoff(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    now = [100.0]
-    monkeypatch.setattr("services.cli.supervisor.time.monotonic", lambda: now[0])
-    started: list[str] = []
-    stack = Stack(cast(Endpoints, None), "http://api")
-
-    def start(name: str) -> None:
-        started.append(name)
-        stack.processes[name] = cast(Any, FakeProc(len(started)))
-        if name in RESTARTED:  # as Stack.start does
-            stack.restarts.setdefault(name, RestartPolicy()).on_start(now[0])
-
-    monkeypatch.setattr(stack, "start", start)
-    start("indexer")
-    start("query-api")
-    stack.processes["indexer"].returncode = 3
-    stack.check_alive()  # noticed: restart in 1 s
-    assert started == ["indexer", "query-api"]
-    assert "indexer process exited with code 3: restarting it in 1 s" in capsys.readouterr().err
-    now[0] += 1
-    stack.check_alive()
-    assert started == ["indexer", "query-api", "indexer"]
-    assert stack.processes["indexer"].poll() is None
-    assert "restarted the indexer process" in capsys.readouterr().err
-
-    stack.processes["query-api"].returncode = 1
-    with pytest.raises(RuntimeError, match="query-api process exited with code 1"):
-        stack.check_alive()
 
 
 async def test_consumer_state_names_where_tasks_wait_and_never_raises() -> None:
