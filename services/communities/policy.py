@@ -1,7 +1,8 @@
 """When the communities worker recomputes (docs/architecture.md, "Communities and snapshots"): on
-first build, on request, past the change-ratio threshold, or when a changed graph has waited the
-maximum staleness; never twice within the minimum interval. A pure function of the state, so it is
-testable without a clock."""
+first build, on request, when a delete touched a published community (withheld from every caller
+until then: docs/security.md, "Erasure"), past the change-ratio threshold, or when a changed graph
+has waited the maximum staleness; never twice within the minimum interval. A pure function of the
+state, so it is testable without a clock."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Literal
 
 from services.core.change_state import ChangeState
 
-Reason = Literal["first_build", "requested", "threshold", "staleness"]
+Reason = Literal["first_build", "requested", "erasure", "threshold", "staleness"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ def decide(state: ChangeState, policy: Policy) -> Reason | None:
         return "first_build"
     if state.requested:
         return "requested"
+    if state.erased:
+        return "erasure"
+    return _changed_enough(state, policy)
+
+
+def _changed_enough(state: ChangeState, policy: Policy) -> Reason | None:
     ratio = state.ratio
     if ratio > policy.threshold:
         return "threshold"

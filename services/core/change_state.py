@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.erasure import erasure_pending
+
 REQUEST_KEY = "recompute_requested_at"
 
 
@@ -34,6 +36,9 @@ class ChangeState:
     since_publish_s: float | None  # age of the published snapshot
     since_last_run_s: float | None  # age of the newest snapshot row, whatever its status
     requested: bool  # a `kgstream recompute` request no snapshot has answered yet
+    # a delete since the snapshot touched a member of one of its communities, which is
+    # withheld from every caller until a new snapshot (services/core/erasure.py)
+    erased: bool = False
 
     @property
     def ratio(self) -> float:
@@ -41,7 +46,7 @@ class ChangeState:
 
 
 _STATE = text(
-    """
+    f"""
     WITH pub AS (
         SELECT id, watermark, nodes + edges AS size, published_at
         FROM snapshots WHERE status = 'published'
@@ -65,8 +70,9 @@ _STATE = text(
                 SELECT 1 FROM snapshots s
                 WHERE s.created_at >= req.at AND s.status IN ('published', 'retired')
             )
-        ) AS requested
-    """
+        ) AS requested,
+        coalesce((SELECT {erasure_pending("pub.id")} FROM pub), false) AS erased
+    """  # noqa: S608 - erasure_pending is built from constants
 )
 
 
@@ -81,4 +87,5 @@ async def read_change_state(conn: AsyncConnection) -> ChangeState:
         since_publish_s=None if row.since_publish is None else float(row.since_publish),
         since_last_run_s=None if row.since_last_run is None else float(row.since_last_run),
         requested=bool(row.requested),
+        erased=bool(row.erased),
     )

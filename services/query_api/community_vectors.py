@@ -29,15 +29,20 @@ class LevelVectors:
     ids: npt.NDArray[np.int64]
     unit: npt.NDArray[np.float32]
 
-    def top(self, embedding: Sequence[float], n: int) -> list[tuple[int, float]]:
-        """(id, cosine) of the n closest, closest first; ties by id, as the SQL ranking."""
+    def top(
+        self, embedding: Sequence[float], n: int, exclude: Sequence[int] = ()
+    ) -> list[tuple[int, float]]:
+        """(id, cosine) of the n closest, closest first; ties by id, as the SQL ranking. The
+        ``exclude``d ids (communities withheld since the snapshot) are never among them."""
         if not len(self.ids) or n <= 0:
             return []
         q = np.asarray(embedding, dtype=np.float32)
         norm = float(np.linalg.norm(q))
         cos = self.unit @ (q / norm if norm else q)
-        order = np.lexsort((self.ids, -cos))[:n]
-        return [(int(self.ids[i]), float(cos[i])) for i in order]
+        order = np.lexsort((self.ids, -cos))
+        if len(exclude):
+            order = order[~np.isin(self.ids[order], np.asarray(exclude, dtype=np.int64))]
+        return [(int(self.ids[i]), float(cos[i])) for i in order[:n]]
 
 
 @dataclass

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
+from services.core.erasure import withheld_communities
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.lexical import or_query
 from services.query_api.retrieval import Retrieval
@@ -39,28 +40,33 @@ _LEVELS = text(
 # Communities a restricted caller may read (docs/access-control.md): every contributing
 # document visible, checked live, before ranking and LIMIT (so before any LLM map step).
 _SHOWN = " AND " + community_visible("co")
+# Communities whose summary may quote a deleted document: read by nobody (core/erasure.py).
+_KEPT = " AND co.id <> ALL(CAST(:withheld AS bigint[]))"
 _EMBEDDING_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " 1 - (embedding <=> CAST(:q AS vector)) AS score FROM communities co"
-    " WHERE snapshot_id = :s AND embedding IS NOT NULL AND " + _AT_LEVEL
+    " WHERE snapshot_id = :s AND embedding IS NOT NULL AND " + _AT_LEVEL + _KEPT
 )
 _EMBEDDING_ORDER = " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
 _BY_EMBEDDING = Filtered.of(
     _EMBEDDING_HEAD + _EMBEDDING_ORDER, _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER
 )
+# Ids are stable across snapshots: only the published one's rows (a retired one's summary may
+# quote a deleted document).
 _BY_ID = text(
-    "SELECT id, level, title, summary, rating, size FROM communities WHERE id = ANY(:ids)"
+    "SELECT id, level, title, summary, rating, size FROM communities"
+    " WHERE snapshot_id = :s AND id = ANY(:ids)"
 )
 _TEXT_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
-    " FROM communities co WHERE snapshot_id = :s AND " + _AT_LEVEL
+    " FROM communities co WHERE snapshot_id = :s AND " + _AT_LEVEL + _KEPT
 )
 _TEXT_ORDER = " ORDER BY score DESC, rating DESC NULLS LAST, id LIMIT :n"
 _BY_TEXT = Filtered.of(_TEXT_HEAD + _TEXT_ORDER, _TEXT_HEAD + _SHOWN + _TEXT_ORDER)
 _LIST_HEAD = (
-    "SELECT id, level, parent_id, size, title, summary, rating FROM communities co"
-    " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)"
+    "SELECT id, level, parent_id, size, title, summary, rating FROM communities co"  # noqa: S608 - _KEPT is a constant
+    " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)" + _KEPT
 )
 _LIST_ORDER = " ORDER BY level, rating DESC NULLS LAST, size DESC, id LIMIT :n"
 _LIST = Filtered.of(_LIST_HEAD + _LIST_ORDER, _LIST_HEAD + _SHOWN + _LIST_ORDER)
@@ -114,11 +120,19 @@ async def rank_communities(
 ) -> list[CommunityHit]:
     """The n communities of the level (None: the leaves) the caller may read, closest to the
     question (ranked in memory from ``vectors`` when the caller may read them all)."""
-    params = {"s": snapshot_id, "l": level, "n": n, "q": vector_literal(embedding)}
+    withheld = await withheld_communities(conn, snapshot_id)
+    params = {
+        "s": snapshot_id,
+        "l": level,
+        "n": n,
+        "q": vector_literal(embedding),
+        "withheld": withheld,
+    }
     if caller.admin and vectors is not None:
-        # every community is readable: rank in memory, then read the n rows by id
-        best = (await vectors.level(conn, snapshot_id, level)).top(embedding, n)
-        found = (await conn.execute(_BY_ID, {"ids": [i for i, _ in best]})).all()
+        # every community but the withheld is readable: rank in memory, read the n rows by id
+        ranked = await vectors.level(conn, snapshot_id, level)
+        best = ranked.top(embedding, n, exclude=withheld)
+        found = (await conn.execute(_BY_ID, {"s": snapshot_id, "ids": [i for i, _ in best]})).all()
         by_id = {int(r[0]): r for r in found}
         rows: list[tuple[Any, ...]] = [(*by_id[i][:6], cos) for i, cos in best if i in by_id]
     else:
@@ -211,7 +225,8 @@ async def list_communities(
     conn: AsyncConnection, snapshot_id: int, level: int | None, limit: int, *, caller: Caller
 ) -> list[CommunitySummary]:
     """Communities of the snapshot (one level, or all) the caller may read, best rated first."""
-    values = {"s": snapshot_id, "l": level, "n": limit}
+    withheld = await withheld_communities(conn, snapshot_id)
+    values = {"s": snapshot_id, "l": level, "n": limit, "withheld": withheld}
     rows = (await conn.execute(*_LIST.bind(caller, values))).all()
     return [
         CommunitySummary(

@@ -1,7 +1,7 @@
 """Access changes take effect at once, through the real indexer: an ACL or tenant change
 delivered as an upsert with unchanged content (visibility is read live from ``documents``, so
 nothing is re-indexed or rebuilt), and a deleted restricted document whose text may still be in
-a published community summary."""
+a published community summary (withheld from everyone)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,15 @@ async def _publish(service: QueryService, communities: dict[int, str]) -> int:
                 ),
                 {"s": snapshot_id, "c": cid, "d": doc},
             )
+        # Each entity's communities, as the writer records them next to the memberships.
+        await conn.execute(
+            text(
+                "INSERT INTO snapshot_entities (snapshot_id, entity_id, pagerank, community_ids)"
+                " SELECT :s, entity_id, 0, array_agg(community_id ORDER BY community_id)"
+                " FROM community_members WHERE snapshot_id = :s GROUP BY entity_id"
+            ),
+            {"s": snapshot_id},
+        )
     return snapshot_id
 
 
@@ -145,8 +154,8 @@ async def test_deleted_restricted_document_keeps_its_communities_hidden(
     delete["occurred_at"] = datetime(2025, 2, 1, tzinfo=UTC).isoformat()
     record = RawRecord("acl", 0, 3, OVERDRIVE.encode(), json.dumps(delete).encode())
     assert await handle_batch(deps, [record]) == ["deleted"]
-    # Community 1's summary may quote the deleted document: it stays hidden from callers who
-    # could not see that document until a new snapshot is built without it.
+    # Community 1's summary may quote the deleted document: it is withheld from every caller,
+    # the operator too, until a new snapshot is built without it (docs/security.md, "Erasure").
     assert await _readable(service, anyone) == {2}
     assert await _readable(service, hr) == {2}
-    assert await _readable(service, Caller.operator()) == {1, 2}
+    assert await _readable(service, Caller.operator()) == {2}

@@ -30,3 +30,10 @@ def test_empty_level_and_zero_query() -> None:
     v = vectors({1: [1.0, 0.0]})
     assert v.top([0.0, 0.0], 1) == [(1, 0.0)]
     assert v.top([1.0, 0.0], 0) == []
+
+
+def test_withheld_communities_are_never_ranked_and_the_next_fill_in() -> None:
+    v = vectors({7: [1.0, 0.0], 3: [2.0, 0.0], 5: [0.0, 1.0], 9: [1.0, 1.0]})
+    assert [i for i, _ in v.top([1.0, 0.0], 2, exclude=[3])] == [7, 9]
+    assert [i for i, _ in v.top([1.0, 0.0], 9, exclude=[3, 7, 42])] == [9, 5]
+    assert v.top([1.0, 0.0], 2, exclude=[3, 5, 7, 9]) == []
