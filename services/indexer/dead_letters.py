@@ -4,8 +4,13 @@ dead_letters table and the dead-letter topic, and the stream moves on.
 Dead-lettering must not fail where the record itself failed: strings bound for text columns
 lose their NUL characters (PostgreSQL text cannot hold them; the raw bytes keep the original),
 the topic gets at most DLQ_RAW_INLINE_BYTES of the value (the table keeps all of it), and every
-write is retried while its failure is transient. A record redelivered after a crash finds its
-row and is not published to the topic a second time."""
+write is retried while its failure is transient.
+
+A dead letter is one record: its source coordinates, its broker timestamp and the SHA-256 of
+its value (alembic 0011). A record redelivered after a crash carries all three unchanged, finds
+its row and is not published to the topic a second time; a new record at an offset that a
+restarted broker or a re-created topic hands out again differs in its bytes or its timestamp
+and gets a row and a publish of its own."""
 
 from __future__ import annotations
 
@@ -36,9 +41,10 @@ FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 
 _STORE = text(
-    'INSERT INTO dead_letters (event_id, doc_id, topic, partition, "offset", key, raw,'
-    " reason, detail) VALUES (:e, :d, :t, :p, :o, :k, :r, :why, :detail)"
-    ' ON CONFLICT (topic, partition, "offset") DO UPDATE SET topic = EXCLUDED.topic'
+    'INSERT INTO dead_letters (event_id, doc_id, topic, partition, "offset", record_timestamp,'
+    " key, raw, reason, detail)"
+    " VALUES (:e, :d, :t, :p, :o, to_timestamp(:ts), :k, :r, :why, :detail)"
+    " ON CONFLICT ON CONSTRAINT dead_letters_record DO UPDATE SET topic = EXCLUDED.topic"
     " RETURNING id, published_at IS NOT NULL AS published"
 )
 
@@ -59,8 +65,9 @@ def key_text(record: RawRecord) -> str | None:
 async def dead_letter(
     deps: IndexerDeps, record: RawRecord, exc: PermanentError, event: DocumentEvent | None
 ) -> None:
-    """Keep the record with its reason; idempotent per (topic, partition, offset). Returns
-    only when the row is stored (retrying transient failures for as long as they last)."""
+    """Keep the record with its reason; idempotent per record (coordinates, timestamp and
+    bytes). Returns only when the row is stored (retrying transient failures for as long as
+    they last)."""
     row_id, published = await _retrying(
         "store the dead letter", _store, deps, record, exc, event, persist=True
     )
@@ -98,6 +105,7 @@ async def _store(
                     "t": record.topic,
                     "p": record.partition,
                     "o": record.offset,
+                    "ts": record.timestamp,
                     "k": storable(key),
                     "r": raw,
                     "why": exc.reason,
@@ -127,6 +135,7 @@ def dead_letter_payload(
             "partition": record.partition,
             "offset": record.offset,
             "key": key,
+            "timestamp": _iso(record.timestamp),
         },
         "raw_base64": base64.b64encode(raw[:DLQ_RAW_INLINE_BYTES]).decode("ascii"),
         "raw_bytes": len(raw),
@@ -134,6 +143,10 @@ def dead_letter_payload(
         "raw_truncated": len(raw) > DLQ_RAW_INLINE_BYTES,
         "failed_at": datetime.now(UTC).isoformat(),
     }
+
+
+def _iso(seconds: float | None) -> str | None:
+    return datetime.fromtimestamp(seconds, UTC).isoformat() if seconds is not None else None
 
 
 async def _publish(

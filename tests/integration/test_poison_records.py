@@ -14,11 +14,10 @@ from services.core.settings import Settings
 from tests.support.graph import scalar, wait_processed
 from tests.support.workers import (
     Published,
-    end_offsets,
+    assert_all_committed,
     sample_lines,
     start_worker,
     stop_workers,
-    wait_committed,
 )
 
 pytestmark = pytest.mark.integration
@@ -62,13 +61,9 @@ def test_poison_records_never_stall_the_stream(settings: Settings, tmp_path: Pat
         settings.model_copy(update={"max_document_bytes": 200_000}), tmp_path / "indexer.log"
     )
     try:
-        published = publish_raw(bootstrap, settings.documents_topic, records)
-        ends = end_offsets(published)
-        committed = wait_committed(
-            bootstrap, settings.consumer_group, settings.documents_topic, ends, timeout=180
+        assert_all_committed(
+            worker, settings, publish_raw(bootstrap, settings.documents_topic, records)
         )
-        assert all(committed.get(p, -1) >= e for p, e in ends.items()), worker.output()[-3000:]
-        assert worker.alive()
     finally:
         stop_workers([worker])
     assert wait_processed(url, 9, timeout=5) >= 9  # 8 good + the plain document

@@ -182,3 +182,16 @@ def wait_committed(
         if time.monotonic() > deadline:
             return committed
         time.sleep(poll)
+
+
+def assert_all_committed(
+    worker: Worker, settings: Settings, published: Iterable[Published], timeout: float = 180
+) -> None:
+    """Wait until ``worker``'s group has committed past every ``published`` record of the
+    documents topic, and fail with the tail of the worker's log if it does not, or died."""
+    ends = end_offsets(published)
+    bootstrap = str(settings.kafka_bootstrap_servers)
+    topic = settings.documents_topic
+    committed = wait_committed(bootstrap, worker.consumer_group, topic, ends, timeout=timeout)
+    assert all(committed.get(p, -1) >= e for p, e in ends.items()), worker.output()[-3000:]
+    assert worker.alive(), worker.output()[-3000:]
