@@ -494,11 +494,11 @@ def dlq_replay(
     ids: Annotated[list[int] | None, typer.Option("--id", help="Only these ids.")] = None,
     topic: Annotated[str | None, typer.Option(help="Target (default: documents topic).")] = None,
 ) -> None:
-    """Publish dead letters' raw payloads again (after fixing their cause); marks them replayed."""
+    """Publish dead letters' raw payloads again (after fixing their cause), oldest first; each
+    is marked replayed once the broker has acknowledged it. Exit code 1 when any was refused."""
+    from services.cli.dlq_replay import replay
     from services.core.db.engine import make_engine
-    from services.core.dead_letters import list_dead_letters, mark_replayed, republish
     from services.core.infra.manager import resolve_endpoints
-    from services.core.producer import make_producer
 
     settings = _settings()
     endpoints = resolve_endpoints(settings)
@@ -506,23 +506,14 @@ def dlq_replay(
 
     async def go() -> int:
         try:
-            letters = await list_dead_letters(engine, ids=ids or (), limit=100_000)
-            if ids and {d.id for d in letters} != set(ids):
-                missing = sorted(set(ids) - {d.id for d in letters})
-                raise _fail(f"no unreplayed dead letter with id {missing}", 2)
-            producer = make_producer(endpoints.kafka_bootstrap_servers, settings)
-            try:
-                target = topic or settings.documents_topic
-                sent = await asyncio.to_thread(republish, producer, target, letters)
-            finally:
-                producer.close()
-            await mark_replayed(engine, [d.id for d in letters])
-            return sent
+            target = topic or settings.documents_topic
+            return await replay(
+                engine, settings, endpoints.kafka_bootstrap_servers, ids or [], target
+            )
         finally:
             await engine.dispose()
 
-    sent = asyncio.run(go())
-    typer.echo(f"replayed {sent} dead letter(s)")
+    sys.exit(asyncio.run(go()))
 
 
 def _with_engine(work: Callable[[AsyncEngine], Awaitable[T]]) -> T:

@@ -1,16 +1,40 @@
-"""Reading and replaying dead letters (`kgstream dlq list|replay`)."""
+"""Reading and replaying dead letters (`kgstream dlq list|replay`).
+
+A replay is atomic per letter: a letter is marked replayed only once the broker has
+acknowledged it, so a second replay sends nothing the first one delivered, and a refused letter
+(too large for the producer, say) stays unreplayed with its reason while the others go."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from kafka import KafkaProducer
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.core.producer import send_all
+from services.core.producer import send_each
+
+REPLAY_PAGE = 20
+"""Letters read, sent and marked together: values can be megabytes each, and this is also the
+most a crash between the broker's acks and the mark makes the next replay send again."""
+
+_NEWEST = text(
+    'SELECT id, event_id, doc_id, topic, partition, "offset", record_timestamp, key, reason,'
+    " detail, created_at, replayed_at, raw FROM dead_letters"
+    " WHERE (:all OR replayed_at IS NULL)"
+    " AND (cardinality(CAST(:ids AS bigint[])) = 0 OR id = ANY(:ids))"
+    " ORDER BY id DESC LIMIT :limit"
+)
+_UNREPLAYED_AFTER = text(
+    'SELECT id, event_id, doc_id, topic, partition, "offset", record_timestamp, key, reason,'
+    " detail, created_at, replayed_at, raw FROM dead_letters"
+    " WHERE replayed_at IS NULL AND id > :after"
+    " AND (cardinality(CAST(:ids AS bigint[])) = 0 OR id = ANY(:ids))"
+    " ORDER BY id LIMIT :limit"
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +47,7 @@ class DeadLetter:
     topic: str
     partition: int
     offset: int
+    record_timestamp: datetime | None  # the source record's broker timestamp (None: unknown)
     key: str | None
     reason: str
     detail: str
@@ -34,7 +59,8 @@ class DeadLetter:
         """JSON-ready, with the payload as text where it decodes."""
         out = {k: v for k, v in self.__dict__.items() if k != "raw"}
         out["created_at"] = self.created_at.isoformat()
-        out["replayed_at"] = self.replayed_at.isoformat() if self.replayed_at else None
+        out["record_timestamp"] = _iso(self.record_timestamp)
+        out["replayed_at"] = _iso(self.replayed_at)
         out["raw"] = self.raw.decode("utf-8", "replace")[:2000]
         return out
 
@@ -47,24 +73,80 @@ async def list_dead_letters(
     limit: int = 100,
 ) -> list[DeadLetter]:
     """Newest first; replayed ones only when asked."""
-    sql = (
-        'SELECT id, event_id, doc_id, topic, partition, "offset", key, reason, detail,'
-        " created_at, replayed_at, raw FROM dead_letters WHERE (:all OR replayed_at IS NULL)"
-        " AND (cardinality(CAST(:ids AS bigint[])) = 0 OR id = ANY(:ids))"
-        " ORDER BY id DESC LIMIT :limit"
-    )
+    params = {"all": include_replayed, "ids": list(ids), "limit": limit}
+    return await _read(engine, _NEWEST, params)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """How one letter's replay ended: ``error`` is None when the broker acknowledged it and it
+    is marked replayed, else why it was not sent (it stays unreplayed)."""
+
+    letter_id: int
+    error: str | None = None
+
+
+async def replay_dead_letters(
+    engine: AsyncEngine,
+    producer: KafkaProducer,
+    topic: str,
+    *,
+    ids: Sequence[int] = (),
+    timeout_s: float = 30.0,
+    page: int = REPLAY_PAGE,
+) -> AsyncIterator[Replayed]:
+    """Send the unreplayed letters (all, or only ``ids``), oldest first, to ``topic`` with
+    their original keys, and yield each outcome. Each letter's event id is given back first, so
+    the indexer applies the replayed event instead of skipping it as one it has seen; then the
+    letter is sent, and marked replayed only once the broker has acknowledged it. A crash
+    between the ack and the mark leaves the letter unreplayed: the next replay sends it again,
+    and the indexer skips that second copy by its event id."""
+    after = 0
+    while letters := await _unreplayed_after(engine, after, ids, page):
+        after = letters[-1].id
+        await _release_event_ids(engine, [d.event_id for d in letters if d.event_id])
+        records = [(d.key.encode("utf-8") if d.key is not None else None, d.raw) for d in letters]
+        errors = await asyncio.to_thread(send_each, producer, topic, records, timeout_s)
+        acked = [d.id for d, e in zip(letters, errors, strict=True) if e is None]
+        await _mark_replayed(engine, acked)
+        for letter, error in zip(letters, errors, strict=True):
+            reason = None if error is None else f"{type(error).__name__}: {error}"
+            yield Replayed(letter.id, reason)
+
+
+async def _unreplayed_after(
+    engine: AsyncEngine, after: int, ids: Sequence[int], limit: int
+) -> list[DeadLetter]:
+    params = {"after": after, "ids": list(ids), "limit": limit}
+    return await _read(engine, _UNREPLAYED_AFTER, params)
+
+
+async def _read(
+    engine: AsyncEngine, sql: TextClause, params: dict[str, object]
+) -> list[DeadLetter]:
     async with engine.connect() as conn:
-        rows = await conn.execute(
-            text(sql), {"all": include_replayed, "ids": list(ids), "limit": limit}
-        )
+        rows = await conn.execute(sql, params)
         return [
             DeadLetter(**{**r._asdict(), "raw": bytes(r.raw), "offset": r.offset})
             for r in rows.all()
         ]
 
 
-async def mark_replayed(engine: AsyncEngine, ids: Sequence[int]) -> None:
-    """Record that these letters went back to the source topic."""
+async def _release_event_ids(engine: AsyncEngine, event_ids: Sequence[str]) -> None:
+    # Dead-lettering claimed the id (processed_events, outcome dead_lettered) so that a
+    # redelivery of the bad record is not processed again; a replay is meant to be processed.
+    # Before the send, or the indexer could read the replayed record while the claim stands.
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "DELETE FROM processed_events"
+                " WHERE outcome = 'dead_lettered' AND event_id = ANY(:ids)"
+            ),
+            {"ids": list(event_ids)},
+        )
+
+
+async def _mark_replayed(engine: AsyncEngine, ids: Sequence[int]) -> None:
     async with engine.begin() as conn:
         await conn.execute(
             text("UPDATE dead_letters SET replayed_at = now() WHERE id = ANY(:ids)"),
@@ -72,10 +154,5 @@ async def mark_replayed(engine: AsyncEngine, ids: Sequence[int]) -> None:
         )
 
 
-def republish(producer: KafkaProducer, topic: str, letters: Sequence[DeadLetter]) -> int:
-    """Send each raw payload again with its original key; waits for the broker's acks."""
-    return send_all(
-        producer,
-        topic,
-        [(d.key.encode("utf-8") if d.key is not None else None, d.raw) for d in letters],
-    )
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None

@@ -11,6 +11,7 @@ from kafka import KafkaConsumer, TopicPartition
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
 from tests.support.cli import kgstream
+from tests.support.faults import add_fault_trigger
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +55,91 @@ async def test_list_and_replay(deps: IndexerDeps, settings: Settings) -> None:
     assert values == [raw]
     after = json.loads(kgstream(settings, "dlq", "list", "--json").stdout)
     assert after == []
+
+
+def topic_values(settings: Settings) -> list[bytes]:
+    """Every record value on the documents topic (both partitions)."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=str(settings.kafka_bootstrap_servers), consumer_timeout_ms=5000
+    )
+    try:
+        consumer.assign([TopicPartition(settings.documents_topic, p) for p in (0, 1)])
+        consumer.seek_to_beginning()
+        return [bytes(m.value) for m in consumer]
+    finally:
+        consumer.close()
+
+
+def unreplayed(settings: Settings) -> list[dict[str, object]]:
+    listed = kgstream(settings, "dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return list(json.loads(listed.stdout))
+
+
+async def test_replay_sends_each_letter_once_and_reports_the_refused(
+    deps: IndexerDeps, settings: Settings
+) -> None:
+    """Finding 9: one letter larger than the producer's request size made the replay exit with
+    a traceback after sending the others, and mark none replayed: the next replay sent them all
+    again."""
+    small = [b"{not json %d" % i for i in range(14)]
+    huge = b"{" + b"x" * 5_000_000
+    for offset, raw in enumerate([*small[:7], huge, *small[7:]]):
+        rec = RawRecord(settings.documents_topic, 0, offset, b"k%d" % offset, raw)
+        assert await handle_record(deps, rec) == "dead_lettered"
+    (huge_id,) = [d["id"] for d in unreplayed(settings) if d["reason"] == "oversize"]
+
+    first = kgstream(settings, "dlq", "replay")
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "Traceback" not in first.stderr
+    assert f"dead letter #{huge_id} not replayed: MessageSizeTooLargeError" in first.stderr
+    assert "replayed 14 dead letter(s), 1 not replayed" in first.stdout
+    assert sorted(topic_values(settings)) == sorted(small)
+    assert [d["id"] for d in unreplayed(settings)] == [huge_id]
+
+    second = kgstream(settings, "dlq", "replay")
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "replayed 0 dead letter(s), 1 not replayed" in second.stdout
+    assert sorted(topic_values(settings)) == sorted(small)  # nothing sent twice
+
+
+async def test_a_replayed_event_is_indexed_once(deps: IndexerDeps, settings: Settings) -> None:
+    """A decoded event that was dead-lettered (here: too many chunks) claimed its event id; the
+    replay gives the id back, so the replayed record is applied rather than skipped as a
+    duplicate, and a second copy of it (a replay that crashed before marking) is skipped."""
+    raw = json.dumps(
+        {
+            "event_id": "long-1",
+            "type": "upsert",
+            "doc_id": "long",
+            "text": "Marie Curie worked in Paris. " * 200,
+            "occurred_at": "2024-01-01T00:00:00Z",
+        }
+    ).encode()
+    bounded = replace(deps, max_document_chunks=1)
+    failed = RawRecord(settings.documents_topic, 0, 3, b"long", raw)
+    assert await handle_record(bounded, failed) == "dead_lettered"
+
+    # The first mark fails: what a crash after the broker's ack and before the mark leaves.
+    add_fault_trigger(
+        str(settings.database_url),
+        "mark_fault",
+        "BEFORE UPDATE OF replayed_at ON dead_letters",
+        "IF nextval('mark_fault_seq') = 1 THEN RAISE EXCEPTION 'injected: crashed'; END IF;"
+        " RETURN NEW;",
+    )
+    crashed = kgstream(settings, "dlq", "replay")
+    assert crashed.returncode == 1, crashed.stdout + crashed.stderr
+    assert "Traceback" not in crashed.stderr
+    assert "stopped, the database failed" in crashed.stderr
+    assert topic_values(settings) == [raw]
+    assert len(unreplayed(settings)) == 1  # not lost: still there to replay
+
+    replayed = kgstream(settings, "dlq", "replay")
+    assert replayed.returncode == 0, replayed.stderr
+    assert "replayed 1 dead letter(s)" in replayed.stdout
+    assert topic_values(settings) == [raw, raw]
+    assert unreplayed(settings) == []
+    first = RawRecord(settings.documents_topic, 0, 0, b"long", raw)
+    assert await handle_record(deps, first) == "applied"
+    assert await handle_record(deps, replace(first, offset=1)) == "duplicate"

@@ -12,7 +12,6 @@ import json
 from dataclasses import replace
 from typing import Any
 
-import psycopg
 import pytest
 from kafka.errors import KafkaTimeoutError
 
@@ -24,6 +23,7 @@ from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, handle_batch, handle_record
 from services.indexer.resolution import ResolverConfig
 from tests.conftest import Infra
+from tests.support.faults import add_fault_trigger
 from tests.support.openai_stub import OpenAIStub
 from tests.support.records import dlq_messages, document_event, record, rows
 
@@ -167,19 +167,15 @@ async def test_adjudicator_401_dead_letters_the_event(
 def faulty_chunks(database_url: str) -> None:
     """Inserting a chunk of doc 'poison' raises (permanent); of doc 'flaky', the first two
     tries fail with a serialization failure (transient, SQLSTATE 40001)."""
-    dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE SEQUENCE fault_seq")
-        conn.execute(
-            "CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF NEW.doc_id = 'poison' THEN RAISE EXCEPTION 'injected permanent fault'; END IF;"
-            " IF NEW.doc_id = 'flaky' AND nextval('fault_seq') <= 2 THEN"
-            "  RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';"
-            " END IF; RETURN NEW; END $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER fault BEFORE INSERT ON chunks FOR EACH ROW EXECUTE FUNCTION fault()"
-        )
+    add_fault_trigger(
+        database_url,
+        "fault",
+        "BEFORE INSERT ON chunks",
+        "IF NEW.doc_id = 'poison' THEN RAISE EXCEPTION 'injected permanent fault'; END IF;"
+        " IF NEW.doc_id = 'flaky' AND nextval('fault_seq') <= 2 THEN"
+        "  RAISE EXCEPTION 'injected serialization failure' USING ERRCODE = '40001';"
+        " END IF; RETURN NEW;",
+    )
 
 
 @pytest.mark.usefixtures("faulty_chunks")
@@ -201,18 +197,13 @@ async def test_database_errors_mid_transaction(deps: IndexerDeps) -> None:
 @pytest.fixture
 def faulty_dead_letters(database_url: str) -> None:
     """The first two dead-letter inserts fail with a serialization failure."""
-    dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE SEQUENCE dl_seq")
-        conn.execute(
-            "CREATE FUNCTION dl_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF nextval('dl_seq') <= 2 THEN"
-            "  RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END IF; RETURN NEW; END $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER dl_fault BEFORE INSERT ON dead_letters"
-            " FOR EACH ROW EXECUTE FUNCTION dl_fault()"
-        )
+    add_fault_trigger(
+        database_url,
+        "dl_fault",
+        "BEFORE INSERT ON dead_letters",
+        "IF nextval('dl_fault_seq') <= 2 THEN"
+        " RAISE EXCEPTION 'injected' USING ERRCODE = '40001'; END IF; RETURN NEW;",
+    )
 
 
 @pytest.mark.usefixtures("faulty_dead_letters")

@@ -148,6 +148,18 @@ def indexed_sample(
     return f"{server}/{name}"
 
 
+def add_fault_trigger(database_url: str, name: str, when: str, body: str) -> None:
+    """A row trigger ``name`` that runs the PL/pgSQL ``body`` (ending in ``RETURN NEW;``)
+    ``when`` (e.g. "BEFORE INSERT ON chunks"), with a sequence ``{name}_seq`` for bodies that
+    count: faults injected in the database, where they happen in production."""
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+        conn.execute(f"CREATE SEQUENCE {name}_seq")
+        conn.execute(
+            f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$"
+        )
+        conn.execute(f"CREATE TRIGGER {name} {when} FOR EACH ROW EXECUTE FUNCTION {name}()")
+
+
 def hold_chunk_inserts(settings: Settings, doc_id: str) -> None:
     """Every chunk insert of ``doc_id`` fails as a serialization failure (transient) until
     ``release_chunk_inserts``."""
