@@ -1,6 +1,7 @@
 """Writing a snapshot's rows to the side (the snapshot is still 'building', no reader looks at
 it): communities with their reports, memberships and per-entity PageRank and community ids,
-all with COPY; memberships and entities as binary COPY built with numpy, not per-row Python.
+all with COPY; memberships and entities as binary COPY built with numpy, not per-row Python;
+then their statistics, so the first reader of the snapshot is planned for its real size.
 
 These tables have no foreign keys (migration 0009: checking ~840k memberships one by one was
 most of the write at 1M edges). Instead the structure is checked as a whole before writing
@@ -27,6 +28,12 @@ from services.core.db.engine import vector_literal
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
 _TRAILER = b"\xff\xff"
 _INT8_OID = 20
+# Statistics that know the new snapshot, committed with its rows. Until then the planner has
+# never seen this snapshot_id, estimates one row per community, and plans the readers' per
+# community checks (visibility in global mode) as joins over the whole snapshot re-run for
+# every community: minutes on a few thousand memberships (issue 18, finding 0). ANALYZE in
+# the writing transaction samples its own uncommitted rows.
+_ANALYZE = text("ANALYZE communities, community_members, snapshot_entities")
 
 
 async def write_rows(
@@ -91,6 +98,7 @@ async def write_rows(
                 ),
                 {"old": reuse_from[0], "writer": reuse_from[1], "new": snapshot_id},
             )
+        await conn.execute(_ANALYZE)
 
 
 async def lock_building(conn: AsyncConnection, snapshot_id: int) -> None:
