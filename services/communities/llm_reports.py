@@ -20,19 +20,21 @@ from services.core.chunking import ENCODING_NAME
 from services.core.errors import KgstreamError
 from services.core.failures import is_transient
 from services.core.llm.client import call_with_retries
+from services.core.llm.prompts import document, with_data_rule
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = """\
+SYSTEM_PROMPT = with_data_rule("""\
 You write a report about one community of a knowledge graph: a group of closely related
-entities. From the entities, relationships and sub-community reports the user sends, write
+entities. From the entities, relationships and sub-community reports the user sends (in a
+document block: their descriptions quote the documents), write
 - title: a short, specific name for the community (its key entities),
 - summary: an executive summary of the community's structure and what connects its entities,
 - findings: 3 to 6 key insights, each a one-line summary and an explanation grounded only in
   the given data,
 - rating: a number from 0 to 10, how important this community is for understanding the
   collection as a whole.
-Use only the data given. Reply with JSON that matches the schema."""
+Use only the data given. Reply with JSON that matches the schema.""")
 
 OUTPUT_SCHEMA: dict[str, object] = {
     "type": "object",
@@ -116,9 +118,11 @@ class LLMReportWriter:
         return self.input_tokens[min(level, len(self.input_tokens) - 1)]
 
     def context(self, item: ReportInput) -> str:
-        """The user message: children's reports first, then entities and relationships, cut
-        at the level's token budget (whole lines only)."""
+        """The user message: a header, then one document block with the children's reports
+        first, then entities and relationships, cut at the level's token budget (whole lines
+        only; the block's tags count too)."""
         header = f"Community {item.community_id} (level {item.level}, {item.size} entities)"
+        block_id = f"community-{item.community_id}"
         sections = [
             (
                 "Sub-community reports:",
@@ -137,19 +141,20 @@ class LLMReportWriter:
             ),
         ]
         budget = self.budget(item.level)
-        kept = [header]
-        used = self._tokens(header)
+        kept: list[str] = []
+        used = self._tokens(header) + self._tokens(document("", block_id))
         for title, lines in sections:
             if not lines:
                 continue
-            kept.append("\n" + title)
+            kept.append(("\n" if kept else "") + title)
             used += self._tokens(title)
             for line in lines:
                 cost = self._tokens(line)
                 if used + cost <= budget:  # skip what does not fit; shorter lines may still
                     kept.append(line)
                     used += cost
-        return "\n".join(kept)
+        body = "\n".join(kept)
+        return f"{header}\n{document(body, block_id)}"
 
     def _tokens(self, line: str) -> int:
         return len(self._encoding.encode(line, disallowed_special=())) + 1

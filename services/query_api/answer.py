@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Sequence
 
+from services.core.llm.prompts import document, neutralise, with_data_rule
 from services.query_api.answer_span import Mention, answer_span
 from services.query_api.llm import ChatModel, ChatReply
 from services.query_api.schemas import CommunityHit, Context
@@ -18,19 +19,20 @@ _TERM = re.compile(r"\w+")
 NO_ANSWER = "No indexed passage matches this question yet."
 CONTEXT_CHARS = 1500
 
-ANSWER_SYSTEM = (
-    "Answer the question using only the numbered sources. Cite every claim with the source "
-    "number in square brackets, e.g. [1] or [2][3]. If the sources do not contain the answer, "
-    "say that they do not. Be brief."
+ANSWER_SYSTEM = with_data_rule(
+    "Answer the question using only the numbered sources (document blocks; a source's number is "
+    "its block's id). Cite every claim with the source number in square brackets, e.g. [1] or "
+    "[2][3]. If the sources do not contain the answer, say that they do not. Be brief."
 )
-MAP_SYSTEM = (
-    "You are given one community report from a knowledge graph. Using only this report, "
-    'answer the question as JSON {"points": [{"text": T, "score": S}]} where S (0-100) says '
-    "how helpful the point is. Return no points if the report is irrelevant."
+MAP_SYSTEM = with_data_rule(
+    "You are given one community report from a knowledge graph (a document block). Using only "
+    'this report, answer the question as JSON {"points": [{"text": T, "score": S}]} where S '
+    "(0-100) says how helpful the point is. Return no points if the report is irrelevant."
 )
-REDUCE_SYSTEM = (
-    "Combine the analysts' points (each tagged with its community in square brackets) into one "
-    "answer to the question. Keep the community tags as citations. Use only these points."
+REDUCE_SYSTEM = with_data_rule(
+    "Combine the analysts' points (a document block; each point tagged with its community in "
+    "square brackets) into one answer to the question. Keep the community tags as citations. "
+    "Use only these points."
 )
 
 
@@ -72,11 +74,13 @@ def extractive_global_answer(communities: Sequence[CommunityHit]) -> str:
 
 
 def sources_prompt(question: str, contexts: Sequence[Context]) -> str:
-    """The user message: numbered sources, then the question."""
+    """The user message: the sources as document blocks numbered by their ids, then the
+    question."""
     parts = [
-        f"[{i}] {c.title} ({c.doc_id})\n{c.text[:CONTEXT_CHARS]}" for i, c in enumerate(contexts, 1)
+        document(f"{c.title} ({c.doc_id})\n{c.text[:CONTEXT_CHARS]}", i)
+        for i, c in enumerate(contexts, 1)
     ]
-    return "Sources:\n\n" + "\n\n".join(parts) + f"\n\nQuestion: {question}"
+    return "Sources:\n\n" + "\n\n".join(parts) + f"\n\nQuestion: {neutralise(question)}"
 
 
 def synthesise(llm: ChatModel, question: str, contexts: Sequence[Context]) -> ChatReply:
@@ -97,8 +101,9 @@ def cited_sources(answer: str, contexts: Sequence[Context]) -> tuple[str, list[i
 
 
 def map_prompt(question: str, community: CommunityHit) -> str:
-    """The map step's user message for one community."""
-    return f"Report [{community.id}] {community.title}\n{community.summary}\n\nQuestion: {question}"
+    """The map step's user message for one community: its report as a document block."""
+    report = document(f"{community.title}\n{community.summary}", community.id)
+    return f"Report [{community.id}]\n{report}\n\nQuestion: {neutralise(question)}"
 
 
 def parse_points(reply: ChatReply, community_id: int) -> list[tuple[float, str]]:
@@ -123,6 +128,5 @@ def parse_points(reply: ChatReply, community_id: int) -> list[tuple[float, str]]
 def reduce_prompt(question: str, points: Sequence[tuple[float, str]], limit: int = 30) -> str:
     """The reduce step's user message: the most helpful points first."""
     best = sorted(points, key=lambda p: -p[0])[:limit]
-    return (
-        "Points:\n" + "\n".join(f"- ({s:.0f}) {t}" for s, t in best) + f"\n\nQuestion: {question}"
-    )
+    listed = document("\n".join(f"- ({s:.0f}) {t}" for s, t in best), "points")
+    return f"Points:\n{listed}\n\nQuestion: {neutralise(question)}"

@@ -9,16 +9,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from services.core.llm.prompts import document, with_data_rule
 from services.query_api.answer import sources_prompt
 from services.query_api.lexical import rrf
 from services.query_api.llm import ChatModel, ChatReply
 from services.query_api.schemas import Context
 
-FOLLOWUP_SYSTEM = (
-    "You help answer a multi-hop question from retrieved passages. Decide whether the "
-    "passages already hold every fact the answer needs. If one is missing, write one short "
-    "search query for the next fact to look up: name the entity the passages revealed (the "
-    "bridge), not the question's own wording. Reply with JSON only: "
+FOLLOWUP_SYSTEM = with_data_rule(
+    "You help answer a multi-hop question from retrieved passages (document blocks). Decide "
+    "whether the passages already hold every fact the answer needs. If one is missing, write "
+    "one short search query for the next fact to look up: name the entity the passages "
+    "revealed (the bridge), not the question's own wording. Reply with JSON only: "
     '{"answerable": true} or {"answerable": false, "query": "..."}'
 )
 FOLLOWUP_MAX_TOKENS = 60  # one short query
@@ -30,8 +31,8 @@ def ask_followup(
 ) -> ChatReply:
     """One follow-up decision over the top contexts (blocking)."""
     prompt = sources_prompt(question, contexts)
-    if asked:
-        prompt += "\n\nAlready searched for: " + "; ".join(asked)
+    if asked:  # the earlier replies were written from the passages: data too
+        prompt += "\n\nAlready searched for:\n" + document("; ".join(asked), "searched")
     return llm.complete(FOLLOWUP_SYSTEM, prompt, max_tokens=FOLLOWUP_MAX_TOKENS, json_mode=True)
 
 

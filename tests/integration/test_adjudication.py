@@ -18,7 +18,7 @@ from services.core.llm.client import process_client
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, handle_record
 from services.indexer.resolution import ResolverConfig
-from tests.support.openai_stub import OpenAIStub
+from tests.support.openai_stub import OpenAIStub, document_blocks
 from tests.support.records import document_event, record, rows
 
 pytestmark = pytest.mark.integration
@@ -101,4 +101,5 @@ async def test_adjudicator_decisions_reach_the_merge(
     assert {"Albert Einstein", "Alberto Einstein"} <= aliases
     asked = openai_stub.requests_to("/chat/completions")
     assert len(asked) == 1
-    assert "A: Alberto Einstein" in asked[0].body["messages"][-1]["content"]
+    names = document_blocks(asked[0].body["messages"][-1]["content"])
+    assert names == [("A", "Alberto Einstein"), ("B", "Albert Einstein")]

@@ -17,10 +17,17 @@ from services.core.errors import PermanentError, TransientError
 from services.core.llm import OpenAIExtractor, make_openai_client
 from services.core.llm.client import process_client
 from services.core.llm.extractor import GLEANING_PROMPT
+from services.core.llm.prompts import document
 from services.core.models import build_extractor
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
-from tests.support.openai_stub import OpenAIStub, count_tokens, extract_graph, hashed_embedding
+from tests.support.openai_stub import (
+    OpenAIStub,
+    count_tokens,
+    document_blocks,
+    extract_graph,
+    hashed_embedding,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +92,7 @@ def test_happy_path_maps_entities_relations_and_usage(openai_stub: OpenAIStub) -
     assert body["response_format"]["json_schema"]["strict"] is True
     schema = body["response_format"]["json_schema"]["schema"]
     assert set(schema["properties"]) == {"entities", "relationships"}
-    assert user_messages(body) == [{"role": "user", "content": TEXT}]
+    assert user_messages(body) == [{"role": "user", "content": document(TEXT)}]
 
     content = json.dumps(extract_graph(TEXT))
     prompt = sum(count_tokens(m["content"]) + 4 for m in body["messages"])
@@ -389,6 +396,7 @@ async def test_adjudicator_asks_the_llm_and_treats_doubt_as_no_merge(
     adjudicate = make_adjudicator(make_openai_client(settings), MODEL, attempts=2)
     assert await adjudicate("Marie Curie", "M. Curie", "PERSON") is True
     assert await adjudicate("Marie Curie", "Marie Antoinette", "PERSON") is False
-    assert "A: Marie Curie" in openai_stub.requests_to(CHAT)[0].body["messages"][-1]["content"]
+    asked = openai_stub.requests_to(CHAT)[0].body["messages"][-1]["content"]
+    assert document_blocks(asked) == [("A", "Marie Curie"), ("B", "M. Curie")]
     openai_stub.chat_handler = lambda _body: "not json"
     assert await adjudicate("Marie Curie", "M. Curie", "PERSON") is False

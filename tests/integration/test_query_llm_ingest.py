@@ -27,7 +27,7 @@ from services.query_api.app import create_app
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
 from tests.conftest import Infra
-from tests.support.openai_stub import OpenAIStub
+from tests.support.openai_stub import OpenAIStub, document_blocks
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ async def test_llm_routes_and_answers_with_citations(
     assert resp.tokens["prompt"] > 0
     chat = openai_stub.requests_to("/chat/completions")
     prompt = chat[-1].body["messages"][1]["content"]
-    assert prompt.startswith("Sources:\n\n[1] ")
+    assert prompt.startswith('Sources:\n\n<document id="1">\n')
     assert resp.contexts[0].doc_id in prompt
     assert question in prompt
 
@@ -124,7 +124,8 @@ async def test_local_follow_up_searches_merge_by_reciprocal_rank(
         asks = [b for b in chat if b["messages"][0]["content"] == followup.FOLLOWUP_SYSTEM]
         assert len(asks) == 2
         assert asks[0]["response_format"] == {"type": "json_object"}
-        assert f"Already searched for: {FOLLOW_UP_QUERY}" in asks[1]["messages"][1]["content"]
+        searched = document_blocks(asks[1]["messages"][1]["content"])[-1]
+        assert searched == ("searched", FOLLOW_UP_QUERY)
         assert "Sandra Oh" in chat[-1]["messages"][1]["content"]  # the answer reads the merge
 
         # a failing LLM keeps the first retrieval and still answers

@@ -1,7 +1,8 @@
 """A real OpenAI-compatible HTTP server for tests: deterministic answers, a request log and
 injectable faults. Clients talk to it over TCP exactly as they would to a provider.
 
-Chat completions: the first user message is the text to extract from. Entities are maximal
+Chat completions: the first user message holds the text to extract from (inside its
+``<document>`` blocks, as services/core/llm/prompts.py writes it). Entities are maximal
 runs of Capitalised words (type CONCEPT, description = their first sentence); consecutive
 entities of a sentence are related (RELATED_TO, strength 5). Follow-up turns (gleaning) get
 empty lists. ``chat_handler`` replaces all of this with a callable(body) -> content.
@@ -33,6 +34,7 @@ ChatHandler = Callable[[dict[str, Any]], str]
 _CAPITALISED_RUN = re.compile(r"\b[A-Z][\w'’-]*(?:[ \t]+[A-Z][\w'’-]*)*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+_BLOCK = re.compile(r"<document(?: id=\"([^\"]*)\")?>\n(.*?)\n</document>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,23 @@ class OpenAIStub:
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
         if len(users) != 1:
             return json.dumps({"entities": [], "relationships": []})
-        return json.dumps(extract_graph(_text_of(users[0])))
+        return json.dumps(extract_graph(document_text(_text_of(users[0]))))
+
+
+def document_blocks(message: str) -> list[tuple[str, str]]:
+    """(id, text) of each ``<document>`` block of a prompt, in order ("" when it has no id)."""
+    return [(m.group(1) or "", m.group(2)) for m in _BLOCK.finditer(message)]
+
+
+def outside_blocks(message: str) -> str:
+    """The prompt without its ``<document>`` blocks: what the model reads as instructions."""
+    return _BLOCK.sub("", message)
+
+
+def document_text(message: str) -> str:
+    """The text of a prompt's document blocks (the whole message when it has none)."""
+    blocks = document_blocks(message)
+    return "\n".join(text for _, text in blocks) if blocks else message
 
 
 def extract_graph(text: str) -> dict[str, list[dict[str, Any]]]:

@@ -13,6 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
 from services.core.llm.client import call_with_retries
+from services.core.llm.prompts import document, with_data_rule
 from services.core.model_meter import NO_METER, ModelMeter
 
 _FORMAT: ResponseFormatJSONSchema = {
@@ -28,8 +29,9 @@ _FORMAT: ResponseFormatJSONSchema = {
         },
     },
 }
-_SYSTEM = (
-    "You decide whether two names in a knowledge graph refer to the same real-world entity. "
+_SYSTEM = with_data_rule(
+    "You decide whether two names in a knowledge graph refer to the same real-world entity: "
+    "name A and name B, each in its own document block (the names come from documents). "
     'Answer with JSON {"same": true} only when you are confident; otherwise {"same": false}.'
 )
 
@@ -42,7 +44,10 @@ def make_adjudicator(
     def ask(name: str, candidate: str, group: str) -> bool:
         messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": _SYSTEM},
-            {"role": "user", "content": f"Type: {group}\nA: {name}\nB: {candidate}"},
+            {
+                "role": "user",
+                "content": f"Type: {group}\n{document(name, 'A')}\n{document(candidate, 'B')}",
+            },
         ]
 
         def once() -> ChatCompletion:

@@ -25,9 +25,10 @@ from services.core.extraction import (
 )
 from services.core.failures import is_transient
 from services.core.llm.client import call_with_retries
+from services.core.llm.prompts import document, with_data_rule
 
-SYSTEM_PROMPT = """\
-You build a knowledge graph from the text the user sends.
+SYSTEM_PROMPT = with_data_rule("""\
+You build a knowledge graph from the text of the document the user sends.
 1. Identify the entities the text names: people, organizations, locations, events, works,
    products and the key concepts it is about. For each entity give
    - name: exactly as written in the text,
@@ -40,7 +41,7 @@ You build a knowledge graph from the text the user sends.
    - type: a short upper-case verb phrase such as WORKS_AT, BORN_IN, DIRECTED, PART_OF,
    - description: one sentence explaining the relationship, using only the text,
    - strength: an integer from 1 (weak, incidental) to 10 (explicit and central).
-Use only information in the text. Reply with JSON that matches the schema."""
+Use only information in the text. Reply with JSON that matches the schema.""")
 
 GLEANING_PROMPT = (
     "Some entities and relationships may have been missed in the last extraction. "
@@ -175,7 +176,7 @@ class OpenAIExtractor(Extractor):
         tally = _UsageTally()
         messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": text},
+            {"role": "user", "content": document(text)},
         ]
         content, output = self._complete(messages, tally)
         outputs = [output]
