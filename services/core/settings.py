@@ -88,6 +88,14 @@ class Settings(BaseSettings):
         "of extraction per core, this bounds how long one document can hold the indexer "
         "(about a minute on 2 cores) while still admitting ~180k tokens of text.",
     )
+    max_clock_skew_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="How far an event's occurred_at may lie ahead of its record's time (the "
+        "Kafka timestamp, never later than the indexer's clock) and still order it; further "
+        "ahead is a broken clock, and the event is ordered at its record's time "
+        '(docs/ingest.md, "Ordering and clocks").',
+    )
     indexer_stall_after_s: float = Field(
         default=120.0,
         gt=0,

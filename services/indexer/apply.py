@@ -31,9 +31,8 @@ async def commit_upsert(
     async with deps.engine.begin() as conn:
         if not await mark_processed(conn, event, "pending", published_at):
             return "duplicate"
-        decision = decide_upsert(
-            await stored_doc(conn, event.doc_id, lock=True), event, plan.doc_hash
-        )
+        stored = await stored_doc(conn, event.doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
+        decision = decide_upsert(stored, event, plan.doc_hash)
         if decision == "unchanged" and await update_attributes(conn, event):
             # Same content, new access rules or metadata: the row changes, the graph does not.
             await set_outcome(conn, event.event_id, "applied")
@@ -97,7 +96,8 @@ async def apply_delete(
     async with deps.engine.begin() as conn:
         if not await mark_processed(conn, event, "pending", published_at):
             return "duplicate"
-        decision = decide_delete(await stored_doc(conn, event.doc_id, lock=True), event)
+        stored = await stored_doc(conn, event.doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
+        decision = decide_delete(stored, event)
         if decision != "apply":
             await set_outcome(conn, event.event_id, decision)
             return decision

@@ -66,7 +66,8 @@ async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentE
         )
     if await already_processed(conn, event.event_id):
         return UpsertPlan(event, doc_hash, planned, [], duplicate=True)
-    decision = decide_upsert(await stored_doc(conn, event.doc_id, lock=False), event, doc_hash)
+    stored = await stored_doc(conn, event.doc_id, lock=False, max_skew_s=deps.max_clock_skew_s)
+    decision = decide_upsert(stored, event, doc_hash)
     if decision != "apply":
         return UpsertPlan(event, doc_hash, planned, [])
     existing = await existing_chunk_hashes(conn, event.doc_id)

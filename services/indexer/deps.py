@@ -46,6 +46,7 @@ class IndexerDeps:
     max_document_bytes: int
     resolver: ResolverConfig
     max_document_chunks: int = 1000
+    max_clock_skew_s: float = 300.0  # how far occurred_at may lead its record (ordering.py)
     consumer_group: str | None = None  # set: progress is recorded in indexer_progress
     observer: IndexerObserver = NO_OBSERVER  # metrics (services/indexer/observer.py)
 
@@ -73,6 +74,7 @@ class IndexerDeps:
             publish_dead_letter=publish_dead_letter,
             max_document_bytes=settings.max_document_bytes,
             max_document_chunks=settings.max_document_chunks,
+            max_clock_skew_s=settings.max_clock_skew_s,
             consumer_group=settings.consumer_group,
             resolver=ResolverConfig.from_settings(settings, adjudicate),
             observer=observer,

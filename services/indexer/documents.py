@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.clocks import bounded_time
 from services.core.contracts import DocumentEvent
 from services.core.extraction import Extraction
 from services.indexer.ordering import StoredDoc
@@ -65,25 +67,36 @@ async def set_outcome(conn: AsyncConnection, event_id: str, outcome: str) -> Non
     )
 
 
-async def stored_doc(conn: AsyncConnection, doc_id: str, *, lock: bool) -> StoredDoc | None:
-    """The documents row (a tombstone for deleted documents), optionally locked."""
-    sql = "SELECT version, content_hash, occurred_at, deleted FROM documents WHERE doc_id = :d"
+async def stored_doc(
+    conn: AsyncConnection, doc_id: str, *, lock: bool, max_skew_s: float
+) -> StoredDoc | None:
+    """The documents row (a tombstone for deleted documents), optionally locked. Its time is
+    bounded against when the row was written (``bounded_time``): rows stored before events
+    were bounded may hold any occurred_at, and must not stay ahead of every later event."""
+    sql = (
+        "SELECT version, content_hash, occurred_at, updated_at, deleted FROM documents"
+        " WHERE doc_id = :d"
+    )
     row = (await conn.execute(text(sql + (" FOR UPDATE" if lock else "")), {"d": doc_id})).first()
     if row is None:
         return None
-    return StoredDoc(row.version, row.content_hash, row.occurred_at, row.deleted)
+    at = bounded_time(row.occurred_at, row.updated_at, timedelta(seconds=max_skew_s))
+    return StoredDoc(row.version, row.content_hash, at, row.deleted)
 
 
 async def write_document(
     conn: AsyncConnection, event: DocumentEvent, doc_hash: str | None, *, deleted: bool
 ) -> None:
-    """Insert or update the documents row; a delete keeps title and metadata as a tombstone."""
+    """Insert or update the documents row; a delete keeps tenant, title and metadata as a
+    tombstone (the tenant still owns the id: it may create it again, other tenants' keys may
+    not). A delete of an id never stored leaves a tombstone with the event's tenant."""
     await conn.execute(
         text(
             "INSERT INTO documents (doc_id, tenant, title, version, content_hash, metadata, acl,"
             " occurred_at, deleted, last_event_id) VALUES (:d, :tn, :t, :v, :h,"
             " CAST(:m AS jsonb), :acl, :at, :del, :e)"
-            " ON CONFLICT (doc_id) DO UPDATE SET tenant = EXCLUDED.tenant,"
+            " ON CONFLICT (doc_id) DO UPDATE SET"
+            " tenant = CASE WHEN EXCLUDED.deleted THEN documents.tenant ELSE EXCLUDED.tenant END,"
             " title = CASE WHEN EXCLUDED.deleted THEN documents.title ELSE EXCLUDED.title END,"
             " version = EXCLUDED.version, content_hash = EXCLUDED.content_hash,"
             " metadata = CASE WHEN EXCLUDED.deleted THEN documents.metadata"

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from services.core import log_context
 from services.core.contracts import DocumentEvent, parse_document_event
@@ -33,6 +34,7 @@ from services.indexer.dead_letters import dead_letter
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.event_times import EventTimes
 from services.indexer.observer import timed
+from services.indexer.ordering import as_ordered, reference_time
 
 __all__ = [
     "IndexerDeps",
@@ -145,11 +147,31 @@ def _observe_freshness(deps: IndexerDeps, record: RawRecord, event: DocumentEven
 def decode(deps: IndexerDeps, record: RawRecord) -> DocumentEvent:
     """The record as a validated event; PermanentError with the reason for anything else."""
     try:
-        return parse_document_event(record.value or b"", deps.max_document_bytes)
+        event = parse_document_event(record.value or b"", deps.max_document_bytes)
     except PermanentError:
         raise
     except Exception as exc:  # the decoder's contract is PermanentError; hold it to that
         raise as_permanent(exc) from exc
+    return _clock_bounded(deps, record, event)
+
+
+def _clock_bounded(deps: IndexerDeps, record: RawRecord, event: DocumentEvent) -> DocumentEvent:
+    """The event as it is ordered, stored and measured: an occurred_at too far ahead of its
+    record's time is a broken clock, and would otherwise hold the document against every later
+    update and delete (services/indexer/ordering.py)."""
+    reference = reference_time(record.timestamp, time.time())
+    ordered = as_ordered(event, reference, timedelta(seconds=deps.max_clock_skew_s))
+    if ordered is not event:
+        log.warning(
+            "%s (doc %s): occurred_at %s is more than %gs ahead of its record's time:"
+            " ordered at %s",
+            event.event_id,
+            event.doc_id,
+            event.occurred_at.isoformat(),
+            deps.max_clock_skew_s,
+            ordered.occurred_at.isoformat(),
+        )
+    return ordered
 
 
 async def apply_event(

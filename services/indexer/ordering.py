@@ -1,13 +1,19 @@
 """Which events apply: versions first, content hash and time when versions are absent.
-Pure functions, so the rules can be read and tested in one place."""
+Pure functions, so the rules can be read and tested in one place.
+
+Times are bounded (``bounded_time`` in services/core/clocks.py): an ``occurred_at`` more than
+the allowed clock skew ahead of its reference (an event's record time, a stored row's write
+time) comes from a broken clock and orders at the reference instead, so no clock can put a
+document out of reach of later updates and deletes (docs/ingest.md, "Ordering and clocks")."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from services.core.clocks import bounded_time
 from services.core.contracts import DocumentEvent
 
 Decision = Literal["apply", "stale", "unchanged"]
@@ -21,6 +27,21 @@ class StoredDoc:
     content_hash: str | None
     occurred_at: datetime
     deleted: bool
+
+
+def reference_time(record_timestamp: float | None, now: float) -> datetime:
+    """An event's reference for ``bounded_time``: its record's timestamp (seconds since the
+    epoch, set by the producer or the broker), never later than ``now`` (the indexer's own
+    clock, so a producer's clock cannot move it forward); ``now`` when the record has none."""
+    seconds = now if record_timestamp is None or record_timestamp <= 0 else record_timestamp
+    return datetime.fromtimestamp(min(seconds, now), UTC)
+
+
+def as_ordered(event: DocumentEvent, reference: datetime, max_skew: timedelta) -> DocumentEvent:
+    """The event with its ``occurred_at`` bounded against ``reference`` (``bounded_time``):
+    the time the indexer orders, stores and measures it by."""
+    at = bounded_time(event.occurred_at, reference, max_skew)
+    return event if at == event.occurred_at else event.model_copy(update={"occurred_at": at})
 
 
 def content_hash(title: str, text: str) -> str:

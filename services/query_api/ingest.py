@@ -5,10 +5,12 @@ event means none is published."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kafka import KafkaProducer
@@ -17,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
+from services.core.clocks import bounded_time
 from services.core.contracts import event_problems
 from services.core.errors import TransientError
 from services.core.producer import make_producer, publish_events
@@ -48,46 +51,94 @@ def tenant_bound(caller: Caller) -> bool:
     return caller.key_id is not None and not caller.admin
 
 
+NOT_HELD = "no document with this id in this key's tenant"
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """What ingest needs of a documents row (a deleted document keeps its row, a tombstone)."""
+
+    tenant: str | None
+    version: int | None
+    occurred_at: datetime
+    deleted: bool
+
+
+def held_by(row: StoredDocument | None, tenant: str | None) -> bool:
+    """Is the id stored (live or deleted) under ``tenant``? A tombstone keeps its tenant, so
+    a tenant may create a document it deleted again and other tenants' keys may not."""
+    return row is not None and row.tenant == tenant
+
+
 def bind_tenant(
-    events: list[dict[str, Any]], tenant: str | None, foreign: set[str]
+    events: list[dict[str, Any]], tenant: str | None, rows: Mapping[str, StoredDocument]
 ) -> list[dict[str, Any]]:
     """Give events without a tenant the key's; return a problem per event that names another
-    tenant or a doc_id stored under another tenant (``foreign``)."""
+    tenant, upserts a doc_id stored under another tenant, or deletes a doc_id the tenant does
+    not hold (``rows``: the stored documents among the events' ids). A delete of an id never
+    stored would leave a tombstone that no other tenant could ever write over; one of another
+    tenant's id gets the same answer, so deletes do not tell whether an id exists."""
     problems = []
     for index, event in enumerate(events):
-        if event.get("type", "upsert") == "upsert" and "tenant" not in event and tenant:
+        if "tenant" not in event and tenant:
             event["tenant"] = tenant
         errors = []
         if "tenant" in event and event.get("tenant") != tenant:
             errors.append("this API key may only write documents of its own tenant")
-        if str(event["doc_id"]) in foreign:
+        row = rows.get(str(event["doc_id"]))
+        if event.get("type") == "delete":
+            if not held_by(row, tenant):
+                errors.append(NOT_HELD)
+        elif row is not None and not held_by(row, tenant):
             errors.append("the document belongs to another tenant")
         if errors:
             problems.append({"index": index, "event_id": _event_id(event), "errors": errors})
     return problems
 
 
-async def foreign_documents(
-    conn: AsyncConnection, doc_ids: Sequence[str], tenant: str | None
-) -> set[str]:
-    """Which of ``doc_ids`` are stored (deleted or not) under another tenant."""
+async def stored_documents(
+    conn: AsyncConnection, doc_ids: Sequence[str]
+) -> dict[str, StoredDocument]:
+    """The stored rows (live or deleted) of ``doc_ids``, by id."""
     rows = await conn.execute(
         text(
-            "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) AND tenant IS DISTINCT FROM :t"
+            "SELECT doc_id, tenant, version, occurred_at, deleted FROM documents"
+            " WHERE doc_id = ANY(:ids)"
         ),
-        {"ids": list(doc_ids), "t": tenant},
+        {"ids": list(doc_ids)},
     )
-    return {str(r[0]) for r in rows.all()}
-
-
-def delete_event(doc_id: str) -> dict[str, Any]:
-    """A delete event for ``doc_id`` with a fresh event id, happening now."""
     return {
+        str(r.doc_id): StoredDocument(r.tenant, r.version, r.occurred_at, r.deleted)
+        for r in rows.all()
+    }
+
+
+def delete_event(
+    doc_id: str,
+    *,
+    stored: StoredDocument | None = None,
+    tenant: str | None = None,
+    max_skew_s: float = 300.0,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """A delete event for ``doc_id`` with a fresh event id: "delete the document as stored
+    now". It carries the stored version and a time not before the stored one (bounded by the
+    clock rule, services/core/clocks.py), so it applies even after an upsert whose clock runs
+    ahead; only a newer update published after it wins. ``tenant``: the deleting key's."""
+    at = now or datetime.now(UTC)
+    if stored is not None:
+        at = max(at, bounded_time(stored.occurred_at, at, timedelta(seconds=max_skew_s)))
+    event: dict[str, Any] = {
         "event_id": f"api-delete-{uuid.uuid4()}",
         "type": "delete",
         "doc_id": doc_id,
-        "occurred_at": datetime.now(UTC).isoformat(),
+        "occurred_at": at.isoformat(),
     }
+    if stored is not None and stored.version is not None:
+        event["version"] = stored.version
+    if tenant:
+        event["tenant"] = tenant
+    return event
 
 
 def _event_id(item: Any) -> Any:
@@ -124,5 +175,8 @@ class DocumentPublisher:
         """Flush and close the producer if one was made."""
         with self._lock:
             if self._producer is not None:
-                self._producer.close(timeout=self.timeout_s)
+                # A broker that is gone must not turn shutdown into a traceback: what was not
+                # acknowledged was answered 503 already.
+                with contextlib.suppress(KafkaError):
+                    self._producer.close(timeout=self.timeout_s)
                 self._producer = None

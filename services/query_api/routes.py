@@ -17,10 +17,12 @@ from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.entities import entity_detail, search_entities
 from services.query_api.global_mode import list_communities
 from services.query_api.ingest import (
+    NOT_HELD,
     DocumentPublisher,
     bind_tenant,
     delete_event,
-    foreign_documents,
+    held_by,
+    stored_documents,
     tenant_bound,
     validate_batch,
 )
@@ -180,10 +182,8 @@ async def post_documents(
         raise Problem(422, "Invalid document events", detail, errors=problems)
     if tenant_bound(caller):
         async with svc.engine.connect() as conn:
-            foreign = await foreign_documents(
-                conn, [str(e["doc_id"]) for e in events], caller.tenant
-            )
-        problems = bind_tenant(events, caller.tenant, foreign)
+            rows = await stored_documents(conn, [str(e["doc_id"]) for e in events])
+        problems = bind_tenant(events, caller.tenant, rows)
         if problems:
             detail = f"{len(problems)} event(s) outside this key's tenant; nothing was published"
             raise Problem(403, "Forbidden", detail, errors=problems)
@@ -200,17 +200,26 @@ async def post_documents(
     dependencies=[INGEST],
 )
 async def delete_document(
+    request: Request,
     publisher: PublisherDep,
     svc: ServiceDep,
     caller: CallerDep,
     doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)],
 ) -> IngestAccepted:
-    """Publish a delete event for the document (a non-admin key: only in its own tenant)."""
-    if tenant_bound(caller):
-        async with svc.engine.connect() as conn:
-            if await foreign_documents(conn, [doc_id], caller.tenant):
-                raise Problem(403, "Forbidden", "the document belongs to another tenant")
-    event = delete_event(doc_id)
+    """Publish a delete event for the document as stored now (it carries the stored version
+    and a time not before the stored one, so it applies). A non-admin key deletes only ids its
+    tenant holds: 404 otherwise, the same for an id of another tenant as for an unknown one."""
+    async with svc.engine.connect() as conn:
+        stored = (await stored_documents(conn, [doc_id])).get(doc_id)
+    bound = tenant_bound(caller)
+    if bound and not held_by(stored, caller.tenant):
+        raise Problem(404, "Document not found", NOT_HELD)
+    event = delete_event(
+        doc_id,
+        stored=stored,
+        tenant=caller.tenant if bound else None,
+        max_skew_s=request.app.state.settings.max_clock_skew_s,
+    )
     await asyncio.to_thread(publisher.send, [event])
     return IngestAccepted(accepted=1, event_ids=[event["event_id"]], topic=publisher.topic)
 

@@ -65,11 +65,12 @@ OTHER = {"query": ("ingest",), "ingest": ("query",), "admin": ("query", "ingest"
 
 @dataclass(frozen=True)
 class Sample:
-    """The cloned sample database and two related entities in it."""
+    """The cloned sample database, two related entities and an (untenanted) document in it."""
 
     url: str
     source: int
     target: int
+    doc_id: str
 
 
 def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
@@ -84,7 +85,7 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("GET", "/v1/communities"): {"url": "/v1/communities"},
         ("POST", "/v1/documents"): {"url": "/v1/documents", "json": EVENT},
-        ("DELETE", "/v1/documents/{doc_id}"): {"url": "/v1/documents/auth-doc"},
+        ("DELETE", "/v1/documents/{doc_id}"): {"url": f"/v1/documents/{sample.doc_id}"},
         ("GET", "/v1/status"): {"url": "/v1/status"},
         ("GET", "/v1/dashboard"): {"url": "/v1/dashboard"},
         ("GET", "/dashboard"): {"url": "/dashboard"},
@@ -122,8 +123,9 @@ async def auth_db(sample_db: str) -> Sample:
                 text("SELECT source_id, target_id FROM relationships ORDER BY id LIMIT 1")
             )
         ).one()
+        doc_id = await conn.scalar(text("SELECT max(doc_id) FROM documents"))
     await engine.dispose()
-    return Sample(url, int(row.source_id), int(row.target_id))
+    return Sample(url, int(row.source_id), int(row.target_id), str(doc_id))
 
 
 ClientFactory = Callable[..., Any]
@@ -359,6 +361,12 @@ async def test_ingest_keys_write_only_into_their_tenant(
                     " FROM documents) RETURNING doc_id"
                 )
             )
+            ours = await conn.scalar(
+                text(
+                    "UPDATE documents SET tenant = 'acme' WHERE doc_id = (SELECT max(doc_id)"
+                    " FROM documents) RETURNING doc_id"
+                )
+            )
         try:
 
             def event(n: int, **extra: Any) -> dict[str, Any]:
@@ -383,9 +391,13 @@ async def test_ingest_keys_write_only_into_their_tenant(
                 resp = await post(body, headers)
                 assert_problem(resp, 403, ("POST", "/v1/documents"), str(body))
                 assert "Traceback" not in resp.text
+            # Issue 18: a key deletes only ids its tenant holds; another tenant's id and an id
+            # not indexed yet get the same 404 (deletes do not tell whether an id exists).
             resp = await client.delete(f"/v1/documents/{theirs}", headers=acme)
-            assert_problem(resp, 403, ("DELETE", "/v1/documents/{doc_id}"), "foreign")
-            assert (await client.delete("/v1/documents/acme-1", headers=acme)).status_code == 202
+            assert_problem(resp, 404, ("DELETE", "/v1/documents/{doc_id}"), "foreign")
+            resp = await client.delete("/v1/documents/acme-1", headers=acme)
+            assert_problem(resp, 404, ("DELETE", "/v1/documents/{doc_id}"), "not indexed yet")
+            assert (await client.delete(f"/v1/documents/{ours}", headers=acme)).status_code == 202
             assert (await post(event(9, doc_id=theirs, tenant="x"), admin)).status_code == 202
             assert (
                 await client.delete(f"/v1/documents/{theirs}", headers=admin)
@@ -393,10 +405,11 @@ async def test_ingest_keys_write_only_into_their_tenant(
         finally:
             async with engine.begin() as conn:
                 await conn.execute(
-                    text("UPDATE documents SET tenant = NULL WHERE doc_id = :d"), {"d": theirs}
+                    text("UPDATE documents SET tenant = NULL WHERE doc_id = ANY(:d)"),
+                    {"d": [theirs, ours]},
                 )
     found = await asyncio.to_thread(published_events, infra.bootstrap, topics["documents"], 5)
     upserts = {e["event_id"]: e.get("tenant") for e in found if e["type"] == "upsert"}
     assert upserts == {"tenant-1": "acme", "tenant-2": "acme", "tenant-9": "x"}
     deletes = sorted(e["doc_id"] for e in found if e["type"] == "delete")
-    assert deletes == sorted(["acme-1", theirs])
+    assert deletes == sorted([ours, theirs])
