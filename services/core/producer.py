@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.producer.future import FutureRecordMetadata
 
 from services.core.contracts import decode_json, encode_event, event_problems
@@ -105,13 +106,24 @@ def send_each(
     timeout_s: float = 30.0,
 ) -> list[KafkaError | None]:
     """Send (key, value) records and wait for the broker; per record, None when it was
-    acknowledged or the error that stopped it (never raised)."""
+    acknowledged or the error that stopped it (never raised). ``timeout_s`` bounds the whole
+    wait for acknowledgements, not each step of it."""
     pending: list[FutureRecordMetadata | KafkaError] = []
+    no_metadata: KafkaTimeoutError | None = None
     for key, value in records:
+        if no_metadata is not None:  # each send would block max_block_ms again
+            pending.append(no_metadata)
+            continue
         try:
             pending.append(producer.send(topic, key=key, value=value))
-        except KafkaError as exc:  # too large, or no metadata within max_block_ms
+        except KafkaTimeoutError as exc:  # no metadata within max_block_ms: the broker is gone
+            no_metadata = exc
             pending.append(exc)
+        except KafkaError as exc:  # e.g. too large: this record only
+            pending.append(exc)
+    # One deadline: the flush and then each acknowledgement waiting the full timeout in turn
+    # made a 5 s budget last 10 s and more with the broker gone.
+    deadline = time.monotonic() + timeout_s
     with contextlib.suppress(KafkaError):
         producer.flush(timeout=timeout_s)
     outcomes: list[KafkaError | None] = []
@@ -120,8 +132,10 @@ def send_each(
             outcomes.append(item)
             continue
         try:
-            item.get(timeout=timeout_s)
+            item.get(timeout=max(0.0, deadline - time.monotonic()))
             outcomes.append(None)
+        except KafkaTimeoutError:
+            outcomes.append(KafkaTimeoutError(f"not acknowledged within {timeout_s:g} s"))
         except KafkaError as exc:
             outcomes.append(exc)
     return outcomes
