@@ -48,9 +48,10 @@ def render(data: dict[str, Any]) -> str:
     fresh = data["freshness"]
     for since in ("occurred", "published"):
         f = fresh[f"since_{since}"]
+        left_out = f", {f['excluded']} left out" if f.get("excluded") else ""
         lines.append(
             f"{'freshness':>18}: since {since}: p50 {_s(f['p50_s'])}, p99 {_s(f['p99_s'])} "
-            f"({f['events']} events in the last {fresh['window_s']:g}s)"
+            f"({f['events']} events in the last {fresh['window_s']:g}s{left_out})"
         )
     change = data["change"]
     verdict = "over: a recompute is due" if change["over_threshold"] else "under"

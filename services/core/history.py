@@ -12,17 +12,17 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.core.activity import APPLIED, snapshot_history
+from services.core.activity import APPLIED, OCCURRED_PLAUSIBLE, snapshot_history
 from services.core.series import chart, grid, on_grid, per_second
 
 _EVENTS = text(
-    "SELECT floor(extract(epoch FROM processed_at) / :step) * :step AS at,"
+    "SELECT floor(extract(epoch FROM processed_at) / :step) * :step AS at,"  # noqa: S608 - OCCURRED_PLAUSIBLE is a constant
     " count(*) AS handled,"
     " count(*) FILTER (WHERE outcome = ANY(:applied)) AS applied,"
     " percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - occurred_at))"
-    "   FILTER (WHERE outcome = ANY(:applied)) AS occurred_p50,"
+    f"   FILTER (WHERE outcome = ANY(:applied) AND {OCCURRED_PLAUSIBLE}) AS occurred_p50,"
     " percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - occurred_at))"
-    "   FILTER (WHERE outcome = ANY(:applied)) AS occurred_p99,"
+    f"   FILTER (WHERE outcome = ANY(:applied) AND {OCCURRED_PLAUSIBLE}) AS occurred_p99,"
     " percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - published_at))"
     "   FILTER (WHERE outcome = ANY(:applied)) AS published_p50,"
     " percentile_cont(0.99) WITHIN GROUP"
