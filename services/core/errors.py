@@ -10,6 +10,7 @@ DeadLetterReason = Literal[
     "contract_violation",
     "oversize",
     "undecodable",
+    "undecodable_batch",
     "extraction_failed",
     "processing_failed",
 ]

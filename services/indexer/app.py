@@ -29,7 +29,7 @@ from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
-from services.indexer import consumer_state, fetch_wait
+from services.indexer import consumer_state, fetch_wait, unreadable_batches
 from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
     IndexerDeps,
@@ -53,16 +53,25 @@ REJOIN_EXIT_CODE = 3
 """The indexer's exit code when its consumer stayed out of its group too long (restart it)."""
 
 
-def _record(event: faust.EventT[bytes]) -> RawRecord:
+def _record(event: faust.EventT[bytes]) -> RawRecord | None:
+    """The record to handle; None for a stand-in that is only acked (the dead letter of its
+    unreadable batch is written at the batch's last offset)."""
     message = event.message
+    value, unreadable = message.value, None
+    if isinstance(value, unreadable_batches.UnreadableBatch):
+        if message.offset != value.last_offset:
+            return None
+        unreadable = value.reason
+        value = bytes(value)
     return RawRecord(
         topic=message.topic,
         partition=message.partition,
         offset=message.offset,
         key=message.key,
-        value=message.value,
+        value=value,
         timestamp=message.timestamp,  # faust gives seconds since the epoch
         received_at=received_wall(message.time_in),  # faust's monitor stamps it on fetch
+        unreadable=unreadable,
     )
 
 
@@ -102,6 +111,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
     fetch_wait.install(app, settings.broker_fetch_max_wait_s)
+    unreadable_batches.install()
     _operations(app, settings, endpoints, deps.engine)
 
     @app.agent(documents, name="index-documents")
@@ -114,7 +124,8 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
 
         async def prepare(batch: Sequence[bytes]) -> PreparedBatch:
             events = cast(list[faust.EventT[bytes]], batch)  # noack_take buffers events, not values
-            return await prepare_batch(deps, [_record(e) for e in events])
+            records = [r for r in map(_record, events) if r is not None]
+            return await prepare_batch(deps, records)
 
         async def write(batch: Sequence[bytes], prepared: PreparedBatch) -> None:
             await write_batch(deps, prepared)  # outcomes are counted by the observer

@@ -31,6 +31,9 @@ class RawRecord:
     value: bytes | None
     timestamp: float | None = None  # the Kafka record's timestamp, seconds since the epoch
     received_at: float | None = None  # when the consumer handed it over, seconds since the epoch
+    # Set: the consumer could not read the batch this record ends, whose bytes are the value
+    # (services/indexer/unreadable_batches.py); this says why and which offsets it skipped.
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,8 @@ def _observe_freshness(deps: IndexerDeps, record: RawRecord, event: DocumentEven
 
 def decode(deps: IndexerDeps, record: RawRecord) -> DocumentEvent:
     """The record as a validated event; PermanentError with the reason for anything else."""
+    if record.unreadable is not None:
+        raise PermanentError("undecodable_batch", record.unreadable)
     try:
         event = parse_document_event(record.value or b"", deps.max_document_bytes)
     except PermanentError:
