@@ -115,6 +115,14 @@ class Settings(BaseSettings):
     indexer_batch_wait_s: float = Field(
         default=0.05, ge=0, description="How long a partial batch waits for more events."
     )
+    indexer_large_document_chunks: int = Field(
+        default=16,
+        ge=1,
+        description="An upsert with more new chunks than this is a large document: it is "
+        "computed in a background lane while the other partitions go on (later events of its "
+        "partition wait for it), and no embedding or extraction call covers more chunks than "
+        "this, so a batch waits for at most one slice of it per call (~0.5 s at 16).",
+    )
     max_document_bytes: int = Field(
         default=1_000_000,
         ge=1,

@@ -35,9 +35,11 @@ from services.indexer.handlers import (
     IndexerDeps,
     PreparedBatch,
     RawRecord,
+    held,
     prepare_batch,
     write_batch,
 )
+from services.indexer.lanes import Lanes
 from services.indexer.membership import (
     Membership,
     RejoinWatchdog,
@@ -73,6 +75,11 @@ def _record(event: faust.EventT[bytes]) -> RawRecord | None:
         received_at=received_wall(message.time_in),  # faust's monitor stamps it on fetch
         unreadable=unreadable,
     )
+
+
+def _position(event: faust.EventT[bytes]) -> tuple[str, int, int]:
+    message = event.message
+    return message.topic, message.partition, message.offset
 
 
 def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
@@ -121,20 +128,46 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         # transient failure holds the batch), committing events that were never applied.
         concrete = cast(faust.Stream[bytes], stream)  # StreamT does not declare noack_take
         batches = concrete.noack_take(settings.indexer_batch_size, settings.indexer_batch_wait_s)
+        Events = list[faust.EventT[bytes]]
 
-        async def prepare(batch: Sequence[bytes]) -> PreparedBatch:
-            events = cast(list[faust.EventT[bytes]], batch)  # noack_take buffers events, not values
-            records = [r for r in map(_record, events) if r is not None]
-            return await prepare_batch(deps, records)
-
-        async def write(batch: Sequence[bytes], prepared: PreparedBatch) -> None:
+        async def handle(events: Events, prepared: PreparedBatch) -> None:
             await write_batch(deps, prepared)  # outcomes are counted by the observer
-            for event in cast(list[faust.EventT[bytes]], batch):
-                await concrete.ack(event)
+            for event in events:
+                if not held(prepared.held_from, *_position(event)):
+                    await concrete.ack(event)
+
+        async def in_lane(events: Events) -> None:  # a large document and what follows it
+            records = [r for r in map(_record, events) if r is not None]
+            await handle(events, await prepare_batch(deps, records))
+
+        lanes = Lanes(
+            in_lane,
+            partition=lambda e: _position(e)[:2],
+            size=lambda e: len(e.message.value or b""),
+            batch_size=settings.indexer_batch_size,
+        )
+
+        async def prepare(batch: Sequence[bytes]) -> tuple[Events, PreparedBatch]:
+            # noack_take buffers events, not values; those of partitions held by a large
+            # document go to its lane (services/indexer/lanes.py).
+            events = lanes.divert(cast(Events, batch))
+            await lanes.room()
+            records = [r for r in map(_record, events) if r is not None]
+            prepared = await prepare_batch(deps, records, defer_large=True)
+            lanes.hold(e for e in events if held(prepared.held_from, *_position(e)))
+            return events, prepared
+
+        async def write(_: Sequence[bytes], step: tuple[Events, PreparedBatch]) -> None:
+            events, prepared = step
+            await handle(events, prepared)
+            lanes.start(prepared.held_from)  # their earlier events are written and acked
 
         # The write phase of one batch overlaps the compute phase of the next; a batch is
         # acked after its writes, batches in order (services/indexer/pipeline.py).
-        await run_pipelined(batches, prepare, write)
+        try:
+            await run_pipelined(batches, prepare, write)
+        finally:
+            await lanes.close()
 
     return app
 

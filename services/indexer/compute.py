@@ -1,12 +1,18 @@
 """The CPU side of indexing, batched across events: chunk, embed, extract, and prepare
-entity resolution. Runs before any transaction, in the indexer's worker thread."""
+entity resolution. Runs before any transaction, in the indexer's worker thread.
+
+No call to the worker thread covers more than ``deps.large_document_chunks`` texts: the thread
+runs calls in the order they were queued, so a large document computed in the background
+(services/indexer/lanes.py) holds it for one slice at a time and the other partitions' batches
+take their turns in between (issue 18, finding 14)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -28,6 +34,8 @@ from services.indexer.resolution import (
     local_canonical,
     with_title,
 )
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,9 @@ async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentE
 
 
 async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Computed]:
-    """One embedding call and one extraction call for all fresh chunks of all plans, then one
-    more embedding call for entity names the database does not know yet."""
+    """One embedding pass and one extraction pass over all fresh chunks of all plans (in
+    slices: see the module docstring), then one more embedding pass for entity names the
+    database does not know yet."""
     texts: list[str] = []
     embed_inputs: list[str] = []
     for plan in plans:
@@ -86,18 +95,17 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Comput
             embed_inputs.append(
                 chunk.text if chunk.ord == 0 else f"{plan.event.title}\n{chunk.text}"
             )
-    loop = asyncio.get_running_loop()
     embeddings: list[list[float]] = []
     extractions: list[Extraction] = []
     meter = deps.observer
     if texts:
         with timed(meter, "embed"):
             embed = partial(embed_metered, deps.embedder, meter, "embed_chunks")
-            embeddings = await loop.run_in_executor(deps.executor, embed, embed_inputs)
+            embeddings = await _embed_in_slices(deps, embed, embed_inputs)
         try:
             with timed(meter, "extract"):
                 extract = partial(extract_metered, deps.extractor, meter)
-                extractions = await loop.run_in_executor(deps.executor, extract, texts)
+                extractions = await in_slices(deps, extract, texts)
         except (TransientError, PermanentError):
             # Transient: the LLM client already retried; the caller keeps retrying with backoff
             # and the offset stays uncommitted, so an outage delays events but loses none.
@@ -144,10 +152,9 @@ async def _prepare_resolutions(
             )
             missing = sorted(set(wanted) - {r[0] for r in known.all()})
         if missing:
-            loop = asyncio.get_running_loop()
             names = [wanted[k].name for k in missing]
             embed = partial(embed_metered, deps.embedder, deps.observer, "embed_names")
-            found = await loop.run_in_executor(deps.executor, embed, names)
+            found = await _embed_in_slices(deps, embed, names)
             vectors = dict(zip(missing, found, strict=True))
     out = []
     for canonical, doc_surfaces in zip(canonicals, surfaces, strict=True):
@@ -181,6 +188,32 @@ async def _kept_mentions(
             out.append(
                 [ExtractedEntity(r.surface, r.type, 0, len(r.surface), "") for r in rows.all()]
             )
+    return out
+
+
+async def in_slices(
+    deps: IndexerDeps, work: Callable[[list[str]], list[R]], texts: list[str]
+) -> list[R]:
+    """``work(texts)`` in the worker thread, at most ``deps.large_document_chunks`` texts per
+    call, results in input order."""
+    loop = asyncio.get_running_loop()
+    size = deps.large_document_chunks
+    out: list[R] = []
+    for at in range(0, len(texts), size):
+        out += await loop.run_in_executor(deps.executor, work, texts[at : at + size])
+    return out
+
+
+async def _embed_in_slices(
+    deps: IndexerDeps, embed: Callable[[list[str]], list[list[float]]], texts: list[str]
+) -> list[list[float]]:
+    # Slices of similar lengths: the embedder pads each of its batches to the longest text, so
+    # slicing in arrival order would mix short and long texts that one call would have sorted.
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    vectors = await in_slices(deps, embed, [texts[i] for i in order])
+    out: list[list[float]] = [[] for _ in texts]
+    for i, vector in zip(order, vectors, strict=True):
+        out[i] = vector
     return out
 
 

@@ -12,15 +12,17 @@ not acked and is redelivered.
 A batch shares its CPU work (one embedding call, one extraction call); every event still gets
 its own transaction, in order. ``prepare_batch`` (the compute phase: reads only) and
 ``write_batch`` (the write phase) are separate so the agent can overlap the writes of one batch
-with the compute of the next (services/indexer/pipeline.py)."""
+with the compute of the next (services/indexer/pipeline.py). The agent's ``prepare_batch`` leaves
+a large document, and what follows it on its partition, to a background lane
+(services/indexer/lanes.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from services.core import log_context
@@ -44,6 +46,7 @@ __all__ = [
     "apply_event",
     "handle_batch",
     "handle_record",
+    "held",
     "prepare_batch",
     "write_batch",
 ]
@@ -78,11 +81,19 @@ class PreparedBatch:
     failed: dict[int, PermanentError]
     compute_started: float  # seconds since the epoch (services/indexer/event_times.py)
     compute_ended: float
+    # (topic, partition) -> offset of its first large document: that record and the later ones
+    # of its partition were left out of this batch, for the background lane (services/indexer/
+    # lanes.py). Empty unless prepare_batch was asked to defer large documents.
+    held_from: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
 
-async def prepare_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> PreparedBatch:
+async def prepare_batch(
+    deps: IndexerDeps, records: Sequence[RawRecord], *, defer_large: bool = False
+) -> PreparedBatch:
     """The compute phase: reads the database, writes nothing. Never raises (but for
-    cancellation): what fails here is retried or dead-lettered by ``write_batch``."""
+    cancellation): what fails here is retried or dead-lettered by ``write_batch``.
+    ``defer_large``: an upsert with more new chunks than ``deps.large_document_chunks``, and
+    every later record of its partition, are left out (see ``PreparedBatch.held_from``)."""
     observer = deps.observer
     observer.batch(len(records))
     started = time.time()
@@ -94,8 +105,16 @@ async def prepare_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> Prep
                 events.append((i, decode(deps, record)))
             except PermanentError as exc:
                 rejected.append((i, exc))
-    plans, computed, failed = await _compute_batch(deps, events)
-    return PreparedBatch(records, events, rejected, plans, computed, failed, started, time.time())
+    planned = await _plan_batch(deps, events)
+    held_from = _large_documents(deps, records, planned[0]) if defer_large and planned else {}
+    if held_from and planned:
+        records, events, rejected, planned = _without_held(
+            records, events, rejected, planned, held_from
+        )
+    plans, computed, failed = await _compute_plans(deps, planned)
+    return PreparedBatch(
+        records, events, rejected, plans, computed, failed, started, time.time(), held_from
+    )
 
 
 async def write_batch(deps: IndexerDeps, batch: PreparedBatch) -> list[Outcome]:
@@ -194,11 +213,14 @@ async def apply_event(
     return await commit_upsert(deps, plan, computed, published_at)
 
 
-async def _compute_batch(
+Planned = tuple[dict[int, UpsertPlan], dict[int, PermanentError]]
+
+
+async def _plan_batch(
     deps: IndexerDeps, events: Sequence[tuple[int, DocumentEvent]]
-) -> tuple[dict[int, UpsertPlan], dict[int, Computed], dict[int, PermanentError]]:
-    """Plan and compute the batch's upserts together; on any failure, nothing is shared and
-    each event is computed on its own (so one bad event cannot fail its neighbours)."""
+) -> Planned | None:
+    """The batch's upserts planned (index -> plan, or the reason it cannot be); None when
+    planning failed as a whole: each event then plans again on its own in ``_settle``."""
     plans: dict[int, UpsertPlan] = {}
     failed: dict[int, PermanentError] = {}
     try:
@@ -213,7 +235,18 @@ async def _compute_batch(
                         failed[i] = exc
     except Exception as exc:  # noqa: BLE001 - each event plans again on its own in _settle
         log.info("planning a batch of %d failed, events go one by one: %s", len(events), exc)
+        return None
+    return plans, failed
+
+
+async def _compute_plans(
+    deps: IndexerDeps, planned: Planned | None
+) -> tuple[dict[int, UpsertPlan], dict[int, Computed], dict[int, PermanentError]]:
+    """Compute the batch's upserts together; on any failure, nothing is shared and each event
+    is computed on its own (so one bad event cannot fail its neighbours)."""
+    if planned is None:
         return {}, {}, {}
+    plans, failed = planned
     try:
         results = await compute(deps, list(plans.values()))
     except Exception as exc:  # noqa: BLE001 - isolated below, event by event
@@ -223,6 +256,48 @@ async def _compute_batch(
             log.info("batch of %d falls back to single events: %s", len(plans), exc)
         return {}, {}, failed
     return plans, dict(zip(plans, results, strict=True)), failed
+
+
+def _large_documents(
+    deps: IndexerDeps, records: Sequence[RawRecord], plans: Mapping[int, UpsertPlan]
+) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> offset of its first upsert with more new chunks than one slice."""
+    held: dict[tuple[str, int], int] = {}
+    for i, plan in plans.items():
+        if len(plan.fresh) > deps.large_document_chunks:
+            r = records[i]
+            held[(r.topic, r.partition)] = min(r.offset, held.get((r.topic, r.partition), r.offset))
+    return held
+
+
+def held(held_from: Mapping[tuple[str, int], int], topic: str, partition: int, offset: int) -> bool:
+    """True when that record is at or after its partition's first large document."""
+    start = held_from.get((topic, partition))
+    return start is not None and offset >= start
+
+
+def _without_held(
+    records: Sequence[RawRecord],
+    events: list[tuple[int, DocumentEvent]],
+    rejected: list[tuple[int, PermanentError]],
+    planned: Planned,
+    held_from: Mapping[tuple[str, int], int],
+) -> tuple[
+    list[RawRecord], list[tuple[int, DocumentEvent]], list[tuple[int, PermanentError]], Planned
+]:
+    """The batch without its held records, renumbered."""
+    kept = [i for i, r in enumerate(records) if not held(held_from, r.topic, r.partition, r.offset)]
+    at = {old: new for new, old in enumerate(kept)}
+    plans, failed = planned
+    return (
+        [records[i] for i in kept],
+        [(at[i], e) for i, e in events if i in at],
+        [(at[i], x) for i, x in rejected if i in at],
+        (
+            {at[i]: p for i, p in plans.items() if i in at},
+            {at[i]: x for i, x in failed.items() if i in at},
+        ),
+    )
 
 
 async def _settle(
