@@ -236,7 +236,7 @@ def recompute(
     from services.communities.app import build_deps
     from services.communities.requests import request_recompute, wait_for_answer
     from services.communities.worker import run_now
-    from services.core.db.engine import make_engine
+    from services.core.db.engine import DbTimeouts, make_engine
     from services.core.infra.manager import resolve_endpoints
 
     settings = _settings()
@@ -252,7 +252,7 @@ def recompute(
             if result is None:
                 return {"status": "locked"}
             return {"status": "published", **result.snapshot.event(), "timings": result.timings}
-        engine = make_engine(url)
+        engine = make_engine(url, timeouts=DbTimeouts.from_settings(settings))
         try:
             at = await request_recompute(engine)
             if not wait:
@@ -386,15 +386,18 @@ def status(
 ) -> None:
     """Counts, throughput, freshness, lag, dead letters by reason, change ratio against the
     threshold, snapshot history and token use."""
+    from sqlalchemy.exc import DBAPIError
+
     from services.cli.status_view import render
     from services.cli.status_view import watch as watch_status
-    from services.core.db.engine import make_engine
+    from services.core.db.engine import DbTimeouts, make_engine
+    from services.core.deadline import DeadlineExceeded, run_within
     from services.core.infra.manager import resolve_endpoints
     from services.core.status import database_status
 
     settings = _settings()
     endpoints = resolve_endpoints(settings)
-    engine = make_engine(endpoints.database_url)
+    engine = make_engine(endpoints.database_url, timeouts=DbTimeouts.from_settings(settings))
 
     async def read() -> dict[str, Any]:
         return await database_status(
@@ -418,10 +421,16 @@ def status(
             await engine.dispose()
 
     try:
-        data = asyncio.run(go())
+        if watch:
+            data = asyncio.run(go())
+        else:  # one read, answered within its budget even when PostgreSQL hangs
+            data = run_within(go, settings.status_timeout_s, "the database")
     except KeyboardInterrupt:  # Ctrl-C ends --watch: an ordinary way out, no traceback
         typer.echo("")
         return
+    except (DeadlineExceeded, DBAPIError) as exc:
+        where = engine.url.render_as_string(hide_password=True)
+        raise _fail(f"no status from {where}: {str(exc).splitlines()[0][:300]}") from None
     if data is None:
         return
     typer.echo(json.dumps(data, indent=2) if json_out else render(data))
@@ -467,11 +476,14 @@ def dlq_list(
     limit: Annotated[int, typer.Option(min=1)] = 100,
 ) -> None:
     """Dead letters, newest first, with their reasons."""
-    from services.core.db.engine import make_engine
+    from services.core.db.engine import DbTimeouts, make_engine
     from services.core.dead_letters import list_dead_letters
     from services.core.infra.manager import resolve_endpoints
 
-    engine = make_engine(resolve_endpoints(_settings()).database_url)
+    settings = _settings()
+    engine = make_engine(
+        resolve_endpoints(settings).database_url, timeouts=DbTimeouts.from_settings(settings)
+    )
 
     async def go() -> list[Any]:
         try:
@@ -497,12 +509,12 @@ def dlq_replay(
     """Publish dead letters' raw payloads again (after fixing their cause), oldest first; each
     is marked replayed once the broker has acknowledged it. Exit code 1 when any was refused."""
     from services.cli.dlq_replay import replay
-    from services.core.db.engine import make_engine
+    from services.core.db.engine import DbTimeouts, make_engine
     from services.core.infra.manager import resolve_endpoints
 
     settings = _settings()
     endpoints = resolve_endpoints(settings)
-    engine = make_engine(endpoints.database_url)
+    engine = make_engine(endpoints.database_url, timeouts=DbTimeouts.from_settings(settings))
 
     async def go() -> int:
         try:
@@ -518,10 +530,13 @@ def dlq_replay(
 
 def _with_engine(work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
     """Run ``work`` on an engine for the configured database, disposed afterwards."""
-    from services.core.db.engine import make_engine
+    from services.core.db.engine import DbTimeouts, make_engine
     from services.core.infra.manager import resolve_endpoints
 
-    engine = make_engine(resolve_endpoints(_settings()).database_url)
+    settings = _settings()
+    engine = make_engine(
+        resolve_endpoints(settings).database_url, timeouts=DbTimeouts.from_settings(settings)
+    )
 
     async def go() -> T:
         try:

@@ -25,7 +25,7 @@ from services.communities.recompute import RecomputeDeps
 from services.communities.reports import ExtractiveWriter, ReportWriter
 from services.communities.snapshots import Announcer, kafka_announcer, published_state
 from services.communities.worker import tick
-from services.core.db.engine import check_schema, make_engine
+from services.core.db.engine import DbTimeouts, check_schema, make_engine
 from services.core.errors import ConfigurationError
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
@@ -49,7 +49,10 @@ def build_deps(
     client = process_client(settings)  # the process's one OpenAI client (None offline)
     writer = build_writer(settings, client)
     return RecomputeDeps(
-        engine=make_engine(database_url),
+        engine=make_engine(
+            database_url,
+            timeouts=DbTimeouts.from_settings(settings, settings.communities_statement_timeout_s),
+        ),
         database_url=database_url,
         leiden=leiden_config(settings),
         min_jaccard=settings.communities_min_jaccard,
@@ -140,7 +143,11 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
         deps.engine,
         "communities",
         server=OpsServer(
-            settings.communities_metrics_host, settings.communities_metrics_port, ready
+            settings.communities_metrics_host,
+            settings.communities_metrics_port,
+            ready,
+            ready_budget_s=settings.readiness_budget_s,
+            ready_give_up_s=settings.db_connect_timeout_s,
         ),
         refresh=[refresh_snapshot],
     )

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.core.db.engine import check_schema, make_engine
+from services.core.db.engine import DbTimeouts, check_schema, make_engine
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
@@ -25,6 +25,7 @@ from services.query_api import auth, dashboard, problems
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import BodyLimits, QueryGate
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
+from services.query_api.readiness import Readiness
 from services.query_api.routes import router
 from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
 
@@ -37,7 +38,7 @@ def build_service(settings: Settings, database_url: str) -> QueryService:
     client = process_client(settings)  # the process's one OpenAI client (None offline)
     return build_query_service(
         settings,
-        make_engine(database_url),
+        make_engine(database_url, timeouts=DbTimeouts.from_settings(settings)),
         build_embedder(settings, client),
         build_extractor(settings, client),
         ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS, thread_name_prefix="kgstream-query"),
@@ -56,6 +57,9 @@ def create_app(
     publisher = DocumentPublisher(
         endpoints.kafka_bootstrap_servers, settings.documents_topic, settings
     )
+    # The probe reads the database the queries read, on a connection of its own.
+    query_db = svc.engine.url.render_as_string(hide_password=False)
+    readiness = Readiness(settings, query_db, endpoints.kafka_bootstrap_servers)
 
     # Registered in the processes table with the address of its own /metrics.
     ops = ProcessOps(
@@ -74,6 +78,7 @@ def create_app(
         finally:
             await ops.stop()
             await asyncio.to_thread(publisher.close)
+            await asyncio.to_thread(readiness.close)
             if service is None:  # ours to close
                 await svc.engine.dispose()
 
@@ -90,6 +95,7 @@ def create_app(
     )
     app.state.service = svc
     app.state.publisher = publisher
+    app.state.readiness = readiness
     app.state.settings = settings
     problems.install(app)
     auth.install(app, settings, svc.engine)

@@ -3,16 +3,58 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Self
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.core.errors import ConfigurationError
+from services.core.settings import Settings
 
 
-def make_engine(url: str, pool_size: int = 5) -> AsyncEngine:
-    """An async engine on psycopg 3 (``postgresql+psycopg://``)."""
-    return create_async_engine(url, pool_size=pool_size, max_overflow=5, pool_pre_ping=True)
+@dataclass(frozen=True)
+class DbTimeouts:
+    """Bounds on every connection of an engine: how long connecting may take (libpq's
+    connect_timeout, whole seconds, at least 2) and how long one statement may run on the
+    server (statement_timeout; 0 = no limit). Without them a database that stops answering
+    holds a caller for as long as it is stopped (issue 18, finding 10)."""
+
+    connect_s: int = 5
+    statement_s: float = 60.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, statement_s: float | None = None) -> Self:
+        """The configured bounds; ``statement_s`` for a process with its own (longer) one."""
+        return cls(
+            connect_s=settings.db_connect_timeout_s,
+            statement_s=settings.db_statement_timeout_s if statement_s is None else statement_s,
+        )
+
+    def connect_args(self) -> dict[str, object]:
+        """psycopg connect arguments carrying both bounds."""
+        return {
+            "connect_timeout": max(2, self.connect_s),
+            "options": f"-c statement_timeout={round(self.statement_s * 1000)}",
+        }
+
+
+def make_engine(
+    url: str,
+    pool_size: int = 5,
+    *,
+    timeouts: DbTimeouts | None = None,
+    max_overflow: int = 5,
+) -> AsyncEngine:
+    """An async engine on psycopg 3 (``postgresql+psycopg://``), every connection bounded by
+    ``timeouts`` (the defaults when None)."""
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=True,
+        connect_args=(timeouts or DbTimeouts()).connect_args(),
+    )
 
 
 async def check_schema(engine: AsyncEngine, embedding_dim: int) -> None:

@@ -1,7 +1,8 @@
 """The small HTTP server of a worker process (indexer, communities): ``/metrics`` (Prometheus
 text format), ``/healthz`` (200 while the process runs and its liveness check, if any, finds
 nothing wrong, else 503 with the reason) and ``/readyz`` (200 when connected to what it needs,
-else 503 with the reason as JSON). Runs on the process's event loop."""
+else 503 with the reason as JSON, within ``ready_budget_s`` even when the database hangs). Runs
+on the process's event loop."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from services.core.deadline import DeadlineExceeded, SingleFlight
 from services.core.errors import ConfigurationError
 
 Readiness = Callable[[], Awaitable[str | None]]
@@ -28,11 +30,16 @@ class OpsServer:
         host: str,
         port: int,
         ready: Readiness,
+        *,
         registry: CollectorRegistry = REGISTRY,
         live: Liveness | None = None,
+        ready_budget_s: float = 0.8,
+        ready_give_up_s: float = 5.0,
     ) -> None:
         self.host, self.port = host, port
-        self._ready, self._registry, self._live = ready, registry, live
+        self._registry, self._live = registry, live
+        # One readiness check at a time, answered within the budget (services/core/deadline.py).
+        self._ready = SingleFlight(ready, ready_budget_s, ready_give_up_s, "the readiness check")
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> str:
@@ -78,6 +85,8 @@ class OpsServer:
     async def _readyz(self, _: web.Request) -> web.Response:
         try:
             reason = await self._ready()
+        except DeadlineExceeded as exc:
+            reason = f"{exc} (the database or the broker does not answer)"
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure
             reason = f"{type(exc).__name__}: {exc}"[:300]
         if reason is None:

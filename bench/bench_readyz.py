@@ -1,0 +1,145 @@
+"""/readyz latency of the query API under a query flood (issue 18, finding 13).
+
+    .venv/bin/kgstream eval --events services/cli/sample/events.jsonl \\
+        --questions services/cli/sample/questions.jsonl --modes vector --keep /tmp/readyz-db
+    .venv/bin/python bench/bench_readyz.py --keep /tmp/readyz-db [--clients 200] [--seconds 20]
+        [--code DIR]
+
+Starts the kept embedded PostgreSQL (built by `kgstream eval --keep`), a query API process
+on it (from --code DIR, a source tree such as `git archive 4163b39 | tar -x -C DIR`, to measure
+an older commit; default this tree), then CLIENTS clients that post local-mode questions back
+to back for SECONDS while a prober asks /readyz every 0.25 s (timeout 10 s). Prints the
+/readyz latency percentiles and the flood's answers by status (429s are the admission gate
+refusing queries beyond KGSTREAM_QUERY_MAX_CONCURRENT, answered at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
+
+QUESTIONS = ROOT / "services" / "cli" / "sample" / "questions.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def flood(base: str, questions: list[str], clients: int, until: float) -> Counter[int]:
+    """CLIENTS clients asking local-mode questions back to back until ``until``."""
+    codes: Counter[int] = Counter()
+    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+
+        async def one(i: int) -> None:
+            n = i
+            while time.monotonic() < until:
+                body = {"question": questions[n % len(questions)], "mode": "local", "k": 10}
+                n += clients
+                try:
+                    codes[(await client.post("/v1/query", json=body)).status_code] += 1
+                except httpx.HTTPError:
+                    codes[0] += 1
+
+        await asyncio.gather(*(one(i) for i in range(clients)))
+    return codes
+
+
+async def probe(base: str, until: float) -> list[float]:
+    """/readyz latencies (seconds; a failure counts as 10 s) every 0.25 s until ``until``."""
+    took = []
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        while time.monotonic() < until:
+            start = time.monotonic()
+            try:
+                ok = (await client.get("/readyz")).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            took.append(time.monotonic() - start if ok else 10.0)
+            await asyncio.sleep(0.25)
+    return took
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def measure(base: str, clients: int, seconds: float) -> dict[str, object]:
+    questions = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines()]
+    idle = await probe(base, time.monotonic() + 3)
+    until = time.monotonic() + seconds
+    codes, loaded = await asyncio.gather(flood(base, questions, clients, until), probe(base, until))
+    return {
+        "clients": clients,
+        "seconds": seconds,
+        "idle_readyz_p50_ms": round(quantile(idle, 0.5) * 1000, 1),
+        "loaded_readyz_ms": {
+            "p50": round(quantile(loaded, 0.5) * 1000, 1),
+            "p99": round(quantile(loaded, 0.99) * 1000, 1),
+            "max": round(max(loaded) * 1000, 1),
+            "over_1s": sum(t > 1.0 for t in loaded),
+            "n": len(loaded),
+        },
+        "queries_by_status": dict(sorted(codes.items())),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", type=Path, required=True, help="`kgstream eval --keep` home")
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--code", type=Path, default=ROOT, help="source tree of the API")
+    args = parser.parse_args()
+    pg = EmbeddedPostgres(args.keep)
+    url = pg.start()
+    port = free_port()
+    env = {
+        **os.environ,
+        "KGSTREAM_DATABASE_URL": url,
+        "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",  # no broker needed
+        "KGSTREAM_API_PORT": str(port),
+        "KGSTREAM_LOG_LEVEL": "WARNING",
+    }
+    api = subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", "worker", "query-api"], env=env, cwd=args.code
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or api.poll() is not None:
+                raise SystemExit("the query API did not become ready")
+            time.sleep(0.5)
+        print(json.dumps(asyncio.run(measure(base, args.clients, args.seconds)), indent=2))
+    finally:
+        api.terminate()
+        api.wait(30)
+        pg.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Health probes stay cheap and true under outages and load (issue 18, findings 10 and 13): a
+frozen PostgreSQL makes the query API's /readyz answer 503 within about a second (never a hang
+that ends in 200), `kgstream status` end with an error within its budget, and a query flood that
+holds every connection of the query pool does not hold /readyz, which has a connection of its
+own. The test that stops PostgreSQL starts its own (tests/support/faults.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from services.core.db.engine import make_engine
+from services.core.embedding import OnnxMiniLmEmbedder
+from services.core.extraction import SpacyExtractor
+from services.core.infra.manager import Endpoints
+from services.core.infra.ports import free_port
+from services.core.infra.postgres import EmbeddedPostgres
+from services.core.settings import Settings
+from services.query_api.app import create_app
+from services.query_api.service import build_query_service
+from tests.support.cli import kgstream
+from tests.support.faults import moved, own_postgres, start_process, wait_until
+
+pytestmark = pytest.mark.integration
+READYZ_LIMIT_S = 2.0  # the budget is 0.8 s; the rest is margin for a loaded 2-core machine
+STATUS_LIMIT_S = 25.0  # the budget is 10 s; the rest is the CLI's start-up on a loaded machine
+
+
+def timed_readyz(port: int) -> tuple[int, dict[str, Any], float]:
+    """(status, body, seconds) of /readyz on ``port``; status 0 when nothing answered in 5 s."""
+    start = time.monotonic()
+    try:
+        resp = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    except httpx.TransportError:
+        return 0, {}, time.monotonic() - start
+    return resp.status_code, resp.json(), time.monotonic() - start
+
+
+def postgres_pids(pg: EmbeddedPostgres, *, backends: bool = True) -> list[int]:
+    """The postmaster, and with ``backends`` every process it started."""
+    postmaster = pg.pid()
+    assert postmaster is not None
+    pids = [postmaster]
+    if backends:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with suppress(OSError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:  # ppid
+                    pids.append(int(stat.parent.name))
+    return pids
+
+
+@contextmanager
+def frozen(pids: Sequence[int]) -> Iterator[None]:
+    """SIGSTOP ``pids`` for the block, SIGCONT after it."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def timed_status(settings: Settings) -> tuple[int, str, float]:
+    """(exit code, stderr, seconds) of `kgstream status`."""
+    start = time.monotonic()
+    done = kgstream(settings, "status", timeout=60)
+    return done.returncode, done.stderr, time.monotonic() - start
+
+
+def test_a_frozen_postgres_is_reported_at_once(settings: Settings, tmp_path: Path) -> None:
+    with own_postgres(tmp_path / "pg") as pg:
+        own = moved(settings, database_url=pg.url)
+        port = free_port()
+        env = {"KGSTREAM_API_PORT": str(port)}
+        api = start_process(own, tmp_path / "api.log", "worker", "query-api", env=env)
+        try:
+            assert wait_until(lambda: timed_readyz(port)[0] == 200, 90), api.output()[-3000:]
+            with frozen(postgres_pids(pg)):
+                answers = [timed_readyz(port) for _ in range(3)]
+                code, stderr, took = timed_status(own)
+            for status, body, seconds in answers:
+                assert status == 503, answers
+                assert seconds < READYZ_LIMIT_S, answers
+                assert "the database did not answer" in body["detail"], answers
+            assert code == 1, stderr
+            assert took < STATUS_LIMIT_S, (took, stderr)
+            assert "no status from" in stderr, stderr
+            assert wait_until(lambda: timed_readyz(port)[0] == 200, 30), api.output()[-3000:]
+
+            # Only the postmaster stopped: new connections hang, existing ones still work.
+            with frozen(postgres_pids(pg, backends=False)):
+                code, stderr, took = timed_status(own)
+            assert code == 1, stderr
+            assert took < STATUS_LIMIT_S, (took, stderr)
+            assert "no status from" in stderr, stderr
+            assert api.alive()
+        finally:
+            api.stop()
+
+
+async def test_readiness_has_a_connection_of_its_own(
+    settings: Settings,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    url = str(settings.database_url)
+    engine = make_engine(url, pool_size=2)  # and 5 more on overflow
+    service = build_query_service(settings, engine, embedder, extractor, cpu_pool)
+    app = create_app(settings, Endpoints(url, str(settings.kafka_bootstrap_servers)), service)
+    held = [await engine.connect() for _ in range(7)]  # a query flood holds the whole pool
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            resp = await asyncio.wait_for(client.get("/readyz"), 10)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["status"] == "ready"
+    finally:
+        for conn in held:
+            await conn.close()
+        await engine.dispose()
+        if hasattr(app.state, "readiness"):  # absent before issue 18
+            await asyncio.to_thread(app.state.readiness.close)
