@@ -33,6 +33,36 @@ class Settings(BaseSettings):
         default="nobody",
         description="Unprivileged user that runs the embedded PostgreSQL when invoked as root.",
     )
+    # --- database bounds and probes (issue 18) ------------------------------------------
+    db_connect_timeout_s: int = Field(
+        default=5,
+        ge=2,
+        description="Longest a new database connection may take (libpq connect_timeout, whole "
+        "seconds, at least 2), for every process.",
+    )
+    db_statement_timeout_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Longest one SQL statement may run (PostgreSQL statement_timeout) on the "
+        "connections of the indexer, the query API and the CLI; 0 = no limit.",
+    )
+    communities_statement_timeout_s: float = Field(
+        default=1800.0,
+        ge=0,
+        description="statement_timeout of the communities worker and `kgstream recompute --now`, "
+        "whose graph loads and snapshot writes grow with the corpus; 0 = no limit.",
+    )
+    readiness_budget_s: float = Field(
+        default=0.8,
+        gt=0,
+        description="Time budget of a /readyz answer (its own database connection): 503 naming "
+        "what did not answer beyond it. Keep it below the probe's timeout (Kubernetes: 1 s).",
+    )
+    status_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Time budget of `kgstream status` (one read): beyond it, an error and exit 1.",
+    )
 
     # --- topics ---------------------------------------------------------
     documents_topic: str = Field(default="kgstream.documents", description="Document events.")

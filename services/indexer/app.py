@@ -18,7 +18,7 @@ import openai
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.core.db.engine import make_engine
+from services.core.db.engine import DbTimeouts, make_engine
 from services.core.indexer_health import OffsetReader
 from services.core.infra.manager import Endpoints
 from services.core.llm.adjudicator import make_adjudicator
@@ -108,7 +108,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
     observer = PrometheusIndexerObserver()
     deps = IndexerDeps.from_settings(
         settings,
-        engine=make_engine(endpoints.database_url),
+        engine=make_engine(endpoints.database_url, timeouts=DbTimeouts.from_settings(settings)),
         embedder=build_embedder(settings, client),
         extractor=build_extractor(settings, client),
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
@@ -209,6 +209,8 @@ def _operations(
             settings.indexer_metrics_port,
             ready,
             live=watchdog.overdue,
+            ready_budget_s=settings.readiness_budget_s,
+            ready_give_up_s=settings.db_connect_timeout_s,
         ),
         refresh=[refresh_lag],
     )
