@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Self
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,6 +14,7 @@ from services.core.embedding import Embedder
 from services.core.extraction import Extractor
 from services.core.settings import Settings
 from services.indexer.observer import NO_OBSERVER, IndexerObserver
+from services.indexer.positions import Positions
 from services.indexer.resolution import Adjudicator, ResolverConfig
 
 Outcome = Literal["applied", "deleted", "duplicate", "stale", "unchanged", "dead_lettered"]
@@ -53,6 +54,7 @@ class IndexerDeps:
     large_document_chunks: int = 16  # background lane and compute slice (services/indexer/lanes.py)
     consumer_group: str | None = None  # set: progress is recorded in indexer_progress
     observer: IndexerObserver = NO_OBSERVER  # metrics (services/indexer/observer.py)
+    positions: Positions = field(default_factory=Positions)  # progress.py's epochs
 
     @classmethod
     def from_settings(

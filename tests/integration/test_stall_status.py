@@ -1,11 +1,15 @@
 """A consumer held by a transient failure shows as stalled in `kgstream status` and
 /v1/status, with the failure, and clears without a manual step when the failure ends (issue 8,
-finding 8: a stuck indexer used to look healthy)."""
+finding 8: a stuck indexer used to look healthy). A frozen consumer shows as stalled in the
+query API's /readyz too, by the same rule (issue 18, finding 4), and after a broker restart the
+recorded offsets follow the broker's new ones, so lag and stalls show again (finding 8)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -16,13 +20,22 @@ import pytest
 
 from services.core.db.engine import make_engine
 from services.core.infra.manager import Endpoints
+from services.core.infra.ports import free_port
 from services.core.settings import Settings
 from services.core.status import database_status
 from services.query_api.app import create_app
 from tests.support.cli import kgstream
+from tests.support.faults import create_topics, moved, own_broker, start_process, wait_until
 from tests.support.graph import scalar, wait_processed
 from tests.support.records import document_event
-from tests.support.workers import publish_lines, start_worker, stop_workers
+from tests.support.workers import (
+    end_offsets,
+    publish_lines,
+    sample_lines,
+    start_worker,
+    stop_workers,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.integration
 FAILURES = 5  # transient failures before the database lets doc 'flaky' in: ~15 s of backoff
@@ -50,6 +63,7 @@ def readyz(settings: Settings) -> dict[str, Any]:
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
             body: dict[str, Any] = (await client.get("/readyz")).json()
         await app.state.service.engine.dispose()
+        await asyncio.to_thread(app.state.readiness.close)
         return {k: body[k] for k in ("status", "indexer")}
 
     return asyncio.run(go())
@@ -109,3 +123,109 @@ def test_a_retrying_consumer_shows_stalled_then_recovers(
     finally:
         stop_workers([worker])
     assert scalar(url, "SELECT count(*) FROM processed_events WHERE outcome = 'applied'") == 3
+
+
+def api_readyz(port: int) -> tuple[int, dict[str, Any]]:
+    """(status, body) of /readyz of the query API process on ``port``; (0, {}) when nothing
+    answers in time."""
+    try:
+        resp = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    except httpx.TransportError:
+        return 0, {}
+    return resp.status_code, resp.json()
+
+
+def test_a_frozen_indexer_shows_stalled_in_readyz(settings: Settings, tmp_path: Path) -> None:
+    url, bootstrap = str(settings.database_url), str(settings.kafka_bootstrap_servers)
+    topic, lines = settings.documents_topic, sample_lines()
+    watched = settings.model_copy(update={"indexer_stall_after_s": 3.0})
+    port = free_port()
+    indexer = start_worker(watched, tmp_path / "indexer.log")
+    api = start_process(
+        watched, tmp_path / "api.log", "worker", "query-api", env={"KGSTREAM_API_PORT": str(port)}
+    )
+    try:
+        assert wait_ready([indexer]), indexer.output()[-3000:]
+        assert wait_until(lambda: api_readyz(port)[0] == 200, 90), api.output()[-3000:]
+        publish_lines(bootstrap, topic, lines[:4])
+        assert wait_processed(url, 4, timeout=120) == 4, indexer.output()[-3000:]
+        assert wait_until(lambda: api_readyz(port)[1].get("indexer") == "ok", 30)
+        os.kill(indexer.pid, signal.SIGSTOP)
+        seen: list[tuple[int, object]] = []
+        try:
+            for line in lines[4:34]:  # one event a second while the consumer is frozen
+                publish_lines(bootstrap, topic, [line])
+                code, body = api_readyz(port)
+                seen.append((code, body.get("indexer")))
+                if body.get("indexer") == "stalled":
+                    break
+                time.sleep(1)
+        finally:
+            os.kill(indexer.pid, signal.SIGCONT)
+        # Stalled, and still ready: the database answers, answers are only stale.
+        assert seen[-1] == (200, "stalled"), seen
+        assert wait_processed(url, 4 + len(seen), timeout=120) == 4 + len(seen)
+        assert wait_until(lambda: api_readyz(port)[1].get("indexer") == "ok", 60)
+    finally:
+        api.stop()
+        indexer.stop()
+
+
+def stored_offsets(url: str, group: str, topic: str) -> dict[int, int]:
+    """partition -> next_offset as indexer_progress records it."""
+    rows = scalar(
+        url,
+        "SELECT coalesce(jsonb_object_agg(partition, next_offset), '{}') FROM indexer_progress"
+        " WHERE consumer_group = :g AND topic = :t",
+        g=group,
+        t=topic,
+    )
+    return {int(p): int(o) for p, o in rows.items()}
+
+
+def test_progress_follows_the_offsets_of_a_restarted_broker(
+    settings: Settings, tmp_path: Path
+) -> None:
+    url, topic, group = (
+        str(settings.database_url),
+        settings.documents_topic,
+        settings.consumer_group,
+    )
+    lines = sample_lines()
+    with own_broker(tmp_path / "broker", settings) as broker:
+        bootstrap = broker.bootstrap
+        own = moved(settings, kafka_bootstrap_servers=bootstrap, indexer_stall_after_s=3.0)
+        indexer = start_worker(own, tmp_path / "indexer.log")
+        try:
+            assert wait_ready([indexer]), indexer.output()[-3000:]
+            first = publish_lines(bootstrap, topic, lines[:30])
+            assert wait_processed(url, 30, timeout=180) == 30, indexer.output()[-3000:]
+            assert wait_until(lambda: stored_offsets(url, group, topic) == end_offsets(first), 30)
+
+            broker.stop()  # memory storage: the new broker's offsets start at 0 again
+            time.sleep(2)
+            assert broker.start() == bootstrap
+            create_topics(bootstrap, own)
+            again = publish_lines(bootstrap, topic, lines[30:40])
+            assert wait_processed(url, 40, timeout=180) == 40, indexer.output()[-3000:]
+            new_ends = end_offsets(again)
+            assert wait_until(
+                lambda: {p: stored_offsets(url, group, topic)[p] for p in new_ends} == new_ends, 30
+            ), (stored_offsets(url, group, topic), new_ends, end_offsets(first))
+
+            # The consumer freezes: records wait beyond the recorded offsets, so it shows.
+            os.kill(indexer.pid, signal.SIGSTOP)
+            try:
+                shown = []
+                for line in lines[40:48]:
+                    publish_lines(bootstrap, topic, [line])
+                    shown.append(status(own)["indexer"]["stalled"])
+                    if shown[-1]:
+                        break
+                    time.sleep(1)
+                assert wait_until(lambda: status(own)["indexer"]["stalled"], 20), shown
+            finally:
+                os.kill(indexer.pid, signal.SIGCONT)
+            assert wait_processed(url, 40 + len(shown), timeout=180) == 40 + len(shown)
+        finally:
+            indexer.stop()
