@@ -4,11 +4,12 @@ counts every HTTP request by route template, and the reading of the snapshot it 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import Counter, Gauge, Histogram
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from starlette.routing import BaseRoute, Match, Route, Router
+from starlette.routing import BaseRoute, Match, Mount, Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.query_api.schemas import QueryResponse
@@ -45,7 +46,11 @@ HTTP_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 REJECTED = Counter("kgstream_api_rejected_total", "Requests refused by a limit", ["limit"])
-UNMATCHED = "unmatched"  # the route label of a path no route serves (bounded cardinality)
+# Every label of the HTTP metrics comes from a bounded set: the middleware runs before auth,
+# so anyone could otherwise add series (a random method each) until /metrics is megabytes.
+UNMATCHED = "unmatched"  # the route label of a path no route serves
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER = "other"  # the method label of any other method, the status label outside 100-599
 
 
 def observe_query(resp: QueryResponse) -> None:
@@ -74,7 +79,7 @@ class HttpMetrics:
     including the ones a limit refuses before routing. Outermost middleware."""
 
     def __init__(self, app: ASGIApp, router: Router) -> None:
-        self.app, self.routes = app, router.routes
+        self.app, self.router = app, router
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -92,19 +97,39 @@ class HttpMetrics:
         try:
             await self.app(scope, receive, observed)
         finally:
-            route, method = self.template(scope), scope["method"]
-            HTTP_REQUESTS.labels(route=route, method=method, status=str(status)).inc()
+            route, method = self.template(scope), method_label(scope["method"])
+            HTTP_REQUESTS.labels(route=route, method=method, status=status_label(status)).inc()
             HTTP_SECONDS.labels(route=route, method=method).observe(time.perf_counter() - start)
 
     def template(self, scope: Scope) -> str:
-        """The path template of the route that serves ``scope``, or UNMATCHED."""
+        """The path template of the route (or mount) that serves ``scope``, or UNMATCHED."""
         routed = scope.get("route")
-        if isinstance(routed, Route):
+        if isinstance(routed, Route | Mount):
             return routed.path
-        for route in self.routes:
-            if _matches(route, scope) and isinstance(route, Route):
+        for route in _served(self.router.routes):  # a request refused before routing
+            if isinstance(route, Route | Mount) and _matches(route, scope):
                 return route.path
         return UNMATCHED
+
+
+def method_label(method: str) -> str:
+    """The method, or OTHER for one outside METHODS (any token is a valid HTTP method)."""
+    return method if method in METHODS else OTHER
+
+
+def status_label(status: int) -> str:
+    """The status code, or OTHER outside 100-599."""
+    return str(status) if 100 <= status <= 599 else OTHER
+
+
+def _served(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """The routes, and those of included routers (FastAPI keeps an included router as one
+    entry holding ``original_router``)."""
+    for route in routes:
+        yield route
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from _served(included.routes)
 
 
 def _matches(route: BaseRoute, scope: Scope) -> bool:

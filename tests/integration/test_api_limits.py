@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 from kafka import KafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.routing import Mount, Route
 
 from services.core.contracts import encode_event
 from services.core.db.engine import make_engine
@@ -31,6 +34,7 @@ from services.core.settings import Settings
 from services.query_api.app import create_app
 from services.query_api.service import build_query_service
 from tests.conftest import Infra
+from tests.integration.test_auth import app_routes
 from tests.integration.test_query_llm_ingest import consume
 from tests.support.cli import env_for, kgstream
 from tests.support.server import serve
@@ -345,3 +349,28 @@ def test_a_record_the_broker_refuses_is_a_rejected_line(
     assert report.sent == 2
     assert [r.line for r in report.rejected] == [2]
     assert report.rejected[0].reason.startswith("not sent: MessageSizeTooLargeError")
+
+
+async def test_metric_labels_are_bounded_whatever_the_request(make_client: AppFactory) -> None:
+    """Failed on 4163b39: the method label was the raw method, so 300 random methods to
+    /healthz made 300 series (no key needed)."""
+    client, _ = await make_client()
+    for n in range(40):
+        await client.request(f"M{uuid.uuid4().hex[:8].upper()}", "/healthz")
+        await client.request(f"X{n}", f"/no/such/{uuid.uuid4().hex}")
+        await client.get(f"/v1/entities/{n}/{uuid.uuid4().hex}")
+    text = (await client.get("/metrics")).text
+    labels = [
+        s.labels
+        for family in text_string_to_metric_families(text)
+        if family.name == "kgstream_http_requests"
+        for s in family.samples
+    ]
+    app = client._transport.app
+    pages = {r.path for r in app.routes if isinstance(r, Route | Mount)}  # /docs, /static, ...
+    templates = {template for _, template in app_routes(app)} | pages | {"unmatched"}
+    methods = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"}
+    assert {re.sub(r"\{(\w+):\w+\}", r"{\1}", ls["route"]) for ls in labels} <= templates
+    assert {ls["method"] for ls in labels} <= methods
+    assert {ls["method"] for ls in labels if ls["route"] == "/healthz"} >= {"other"}
+    assert all(ls["status"].isdigit() or ls["status"] == "other" for ls in labels)
