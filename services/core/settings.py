@@ -382,13 +382,21 @@ class Settings(BaseSettings):
     query_timeout_s: float = Field(
         default=30.0,
         gt=0,
-        description="Time budget of one POST /v1/query or GET /v1/paths: 504 beyond it.",
+        description="Time budget of one API request (every route but /healthz, /readyz and "
+        "/metrics): 504 beyond it.",
     )
     query_max_concurrent: int = Field(
         default=16,
         ge=1,
-        description="Queries (POST /v1/query, GET /v1/paths) served at once by one API process; "
-        "more are answered 429 with Retry-After.",
+        description="Requests served at once by one API process (every route but /healthz, "
+        "/readyz and /metrics); more are answered 429 with Retry-After.",
+    )
+    query_max_concurrent_per_key: int = Field(
+        default=8,
+        ge=1,
+        description="Of those, the most one API key (one Authorization header) may hold, so "
+        "one client flooding leaves room for the others; requests without a key share one "
+        "allowance. 429 with Retry-After beyond it.",
     )
     # --- status and dashboard (issue 9) -------------------------------------------------
     status_freshness_window_s: float = Field(

@@ -23,13 +23,12 @@ from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import url_host
 from services.query_api import auth, dashboard, problems
 from services.query_api.ingest import DocumentPublisher
-from services.query_api.limits import BodyLimits, QueryGate
+from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
 from services.query_api.readiness import Readiness
 from services.query_api.routes import router
 from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
 
-QUERY_PATHS = ("/v1/query", "/v1/paths")  # the routes whose work grows with the request
 log = logging.getLogger(__name__)
 
 
@@ -103,9 +102,10 @@ def create_app(
     dashboard.install(app, settings, svc.engine, publisher.bootstrap)
     # Added last = outermost: the body checks run before anything else reads the request.
     app.add_middleware(
-        QueryGate,
-        paths=QUERY_PATHS,
+        Admission,
+        exempt=EXEMPT_PATHS,
         max_concurrent=settings.query_max_concurrent,
+        per_key=settings.query_max_concurrent_per_key,
         timeout_s=settings.query_timeout_s,
     )
     app.add_middleware(BodyLimits, max_bytes=settings.api_max_body_bytes)

@@ -1,10 +1,12 @@
 """Limits that protect the API process: request body size and type (413, 415), per-query bounds
-from settings (422), and admission control with a time budget for queries (429, 504). All
-answered as problem+json; the middlewares are pure ASGI so nothing is buffered before a check."""
+from settings (422), and admission control with a time budget for every route that reads the
+database or the models (429, 504; overall and per key). All answered as problem+json; the
+middlewares are pure ASGI so nothing is buffered before a check."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Iterable
 from email.message import Message
 from typing import Annotated
@@ -86,32 +88,70 @@ class BodyLimits:
         )
 
 
-class QueryGate:
-    """At most ``max_concurrent`` requests to ``paths`` at once (429 with Retry-After beyond,
-    never queued), each within ``timeout_s`` (504)."""
+EXEMPT_PATHS = ("/healthz", "/readyz", "/metrics")  # probes and scrapes: never refused here
+
+
+class Admission:
+    """Admission control for every route but the ``exempt`` paths (probes and metrics): at
+    most ``max_concurrent`` requests at once, at most ``per_key`` of them with one credential
+    (429 with Retry-After beyond either, never queued), each within ``timeout_s`` (504).
+
+    The credential is the Authorization header as sent (a digest of it is held while the
+    request runs): this runs before authentication, so one key flooding holds at most
+    ``per_key`` places and the others stay free for other callers. Requests without a key
+    (only where keys are not required) share one allowance."""
 
     def __init__(
-        self, app: ASGIApp, paths: Iterable[str], max_concurrent: int, timeout_s: float
+        self,
+        app: ASGIApp,
+        exempt: Iterable[str],
+        max_concurrent: int,
+        per_key: int,
+        timeout_s: float,
     ) -> None:
-        self.app, self.paths = app, frozenset(paths)
+        self.app, self.exempt = app, frozenset(exempt)
         self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
+        self.per_key = min(per_key, max_concurrent)
         self.in_flight = 0
+        self.by_key: dict[bytes, int] = {}  # credential digest -> requests running
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.paths:
+        if scope["type"] != "http" or scope["path"] in self.exempt:
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.max_concurrent:
+        key = hashlib.sha256(Headers(scope=scope).get("authorization", "").encode()).digest()
+        refusal = self._refusal(self.by_key.get(key, 0))
+        if refusal is not None:
             REJECTED.labels(limit="Too Many Requests").inc()
-            detail = (
-                f"{self.in_flight} queries are running; the limit is {self.max_concurrent} "
-                "(KGSTREAM_QUERY_MAX_CONCURRENT)"
-            )
             retry = {"Retry-After": str(RETRY_AFTER_S)}
-            await problem(429, "Too Many Requests", detail, scope["path"], retry)(
+            await problem(429, "Too Many Requests", refusal, scope["path"], retry)(
                 scope, receive, send
             )
             return
+        self.in_flight += 1
+        self.by_key[key] = self.by_key.get(key, 0) + 1
+        try:
+            await self._timed(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+            self.by_key[key] -= 1
+            if not self.by_key[key]:
+                del self.by_key[key]
+
+    def _refusal(self, running_with_key: int) -> str | None:
+        if self.in_flight >= self.max_concurrent:
+            return (
+                f"{self.in_flight} requests are running; the limit is {self.max_concurrent} "
+                "(KGSTREAM_QUERY_MAX_CONCURRENT)"
+            )
+        if running_with_key >= self.per_key:
+            return (
+                f"{running_with_key} requests with this key are running; the limit per key is "
+                f"{self.per_key} (KGSTREAM_QUERY_MAX_CONCURRENT_PER_KEY)"
+            )
+        return None
+
+    async def _timed(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def tracked(message: AsgiMessage) -> None:
@@ -119,7 +159,6 @@ class QueryGate:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        self.in_flight += 1
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self.app(scope, receive, tracked)
@@ -127,10 +166,8 @@ class QueryGate:
             if started:  # too late for a problem document: the client sees a cut response
                 raise
             REJECTED.labels(limit="Gateway Timeout").inc()
-            detail = f"the query took longer than {self.timeout_s:g} s (KGSTREAM_QUERY_TIMEOUT_S)"
-            await problem(504, "Query timed out", detail, scope["path"])(scope, receive, send)
-        finally:
-            self.in_flight -= 1
+            detail = f"the request took longer than {self.timeout_s:g} s (KGSTREAM_QUERY_TIMEOUT_S)"
+            await problem(504, "Request timed out", detail, scope["path"])(scope, receive, send)
 
 
 def limited_query(req: QueryRequest, request: Request) -> QueryRequest:

@@ -351,6 +351,79 @@ def test_a_record_the_broker_refuses_is_a_rejected_line(
     assert report.rejected[0].reason.startswith("not sent: MessageSizeTooLargeError")
 
 
+ALWAYS_OPEN = {"/healthz", "/readyz", "/metrics"}  # probes and scrapes: outside admission
+HOLDER = {"Authorization": "Bearer flooding-key", "content-type": "application/json"}
+
+
+async def hold(client: httpx.AsyncClient, release: asyncio.Event) -> httpx.Response:
+    """A request with HOLDER's key that keeps its admission place until ``release`` (its body
+    never ends before), then is refused (nothing is published)."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b'{"event_id": '
+        await release.wait()
+        yield b"1}"
+
+    return await client.post("/v1/documents", content=body(), headers=HOLDER)
+
+
+async def holding(client: httpx.AsyncClient, n: int) -> tuple[asyncio.Event, list[Any]]:
+    """n holders admitted and waiting (release the event, then await the tasks)."""
+    release = asyncio.Event()
+    tasks = [asyncio.create_task(hold(client, release)) for _ in range(n)]
+    await asyncio.sleep(0.2)  # each has passed admission and waits for its body
+    assert not any(t.done() for t in tasks)
+    return release, tasks
+
+
+def route_urls(app: Any) -> list[tuple[str, str, str]]:
+    """(method, template, a concrete path) of every API route of the app."""
+    return [
+        (method, template, template.replace("{entity_id}", "1").replace("{doc_id}", "x"))
+        for method, template in sorted(app_routes(app))
+    ]
+
+
+async def test_every_route_but_the_probes_is_under_admission(make_client: AppFactory) -> None:
+    """Failed on 4163b39: only /v1/query and /v1/paths were limited; /v1/entities,
+    /v1/communities, the document and status routes served any number at once."""
+    client, _ = await make_client(query_max_concurrent=1)
+    app = client._transport.app
+    release, tasks = await holding(client, 1)
+    try:
+        for method, template, path in route_urls(app):
+            if template == "/readyz":  # its own connection would outlive this app (no lifespan)
+                continue
+            resp = await client.request(method, path, json={} if method == "POST" else None)
+            if template in ALWAYS_OPEN:
+                assert resp.status_code != 429, (method, template)
+            else:
+                assert resp.status_code == 429, (method, template, resp.status_code)
+                assert "KGSTREAM_QUERY_MAX_CONCURRENT" in resp.json()["detail"]
+    finally:
+        release.set()
+        await asyncio.gather(*tasks)
+    assert (await client.get("/v1/entities", params={"name": "Leland"})).status_code == 200
+
+
+async def test_one_key_flooding_leaves_room_for_other_callers(make_client: AppFactory) -> None:
+    """Failed on 4163b39: one key held every place (200 clients, all served, another caller's
+    vector query waited 6 s); now a key holds at most its share and the next is 429."""
+    client, _ = await make_client(query_max_concurrent=4, query_max_concurrent_per_key=2)
+    release, tasks = await holding(client, 2)
+    try:
+        more = await client.get("/v1/communities", headers=HOLDER)
+        assert "KGSTREAM_QUERY_MAX_CONCURRENT_PER_KEY" in assert_problem(more, 429)["detail"]
+        other = await client.post("/v1/query", json={"question": "Leland", "mode": "vector"})
+        assert other.status_code == 200  # another caller (no key on loopback) is served
+    finally:
+        release.set()
+        held = await asyncio.gather(*tasks)
+    # admission comes before authentication: the (unknown) key held its places all the same
+    assert [r.status_code for r in held] == [401, 401]
+    assert (await client.get("/v1/entities", headers=HOLDER)).status_code != 429
+
+
 async def test_metric_labels_are_bounded_whatever_the_request(make_client: AppFactory) -> None:
     """Failed on 4163b39: the method label was the raw method, so 300 random methods to
     /healthz made 300 series (no key needed)."""
