@@ -3,14 +3,15 @@
     .venv/bin/kgstream eval --events services/cli/sample/events.jsonl \\
         --questions services/cli/sample/questions.jsonl --modes vector --keep /tmp/readyz-db
     .venv/bin/python bench/bench_readyz.py --keep /tmp/readyz-db [--clients 200] [--seconds 20]
-        [--code DIR]
+        [--code DIR] [--probe-port]
 
 Starts the kept embedded PostgreSQL (built by `kgstream eval --keep`), a query API process
 on it (from --code DIR, a source tree such as `git archive 4163b39 | tar -x -C DIR`, to measure
 an older commit; default this tree), then CLIENTS clients that post local-mode questions back
 to back for SECONDS while a prober asks /readyz every 0.25 s (timeout 10 s). Prints the
 /readyz latency percentiles and the flood's answers by status (429s are the admission gate
-refusing queries beyond KGSTREAM_QUERY_MAX_CONCURRENT, answered at once).
+refusing queries beyond KGSTREAM_QUERY_MAX_CONCURRENT, answered at once). --probe-port also
+serves the probes on KGSTREAM_API_PROBE_PORT and asks /readyz there at the same time.
 """
 
 from __future__ import annotations
@@ -82,24 +83,34 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(base: str, clients: int, seconds: float) -> dict[str, object]:
+def figures(took: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(quantile(took, 0.5) * 1000, 1),
+        "p99": round(quantile(took, 0.99) * 1000, 1),
+        "max": round(max(took) * 1000, 1),
+        "over_1s": sum(t > 1.0 for t in took),
+        "n": len(took),
+    }
+
+
+async def measure(base: str, probes: str | None, clients: int, seconds: float) -> dict[str, object]:
     questions = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines()]
     idle = await probe(base, time.monotonic() + 3)
     until = time.monotonic() + seconds
-    codes, loaded = await asyncio.gather(flood(base, questions, clients, until), probe(base, until))
-    return {
+    probers = [probe(base, until)] + ([probe(probes, until)] if probes else [])
+    codes, (loaded, *on_probe_port) = await asyncio.gather(
+        flood(base, questions, clients, until), asyncio.gather(*probers)
+    )
+    out: dict[str, object] = {
         "clients": clients,
         "seconds": seconds,
         "idle_readyz_p50_ms": round(quantile(idle, 0.5) * 1000, 1),
-        "loaded_readyz_ms": {
-            "p50": round(quantile(loaded, 0.5) * 1000, 1),
-            "p99": round(quantile(loaded, 0.99) * 1000, 1),
-            "max": round(max(loaded) * 1000, 1),
-            "over_1s": sum(t > 1.0 for t in loaded),
-            "n": len(loaded),
-        },
+        "loaded_readyz_ms": figures(loaded),
         "queries_by_status": dict(sorted(codes.items())),
     }
+    if on_probe_port:
+        out["loaded_readyz_probe_port_ms"] = figures(on_probe_port[0])
+    return out
 
 
 def main() -> None:
@@ -108,6 +119,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--code", type=Path, default=ROOT, help="source tree of the API")
+    parser.add_argument("--probe-port", action="store_true", help="KGSTREAM_API_PROBE_PORT too")
     args = parser.parse_args()
     pg = EmbeddedPostgres(args.keep)
     url = pg.start()
@@ -119,6 +131,10 @@ def main() -> None:
         "KGSTREAM_API_PORT": str(port),
         "KGSTREAM_LOG_LEVEL": "WARNING",
     }
+    probes = None
+    if args.probe_port:
+        env["KGSTREAM_API_PROBE_PORT"] = str(probe_port := free_port())
+        probes = f"http://127.0.0.1:{probe_port}"
     api = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "worker", "query-api"], env=env, cwd=args.code
     )
@@ -134,7 +150,8 @@ def main() -> None:
             if time.monotonic() > deadline or api.poll() is not None:
                 raise SystemExit("the query API did not become ready")
             time.sleep(0.5)
-        print(json.dumps(asyncio.run(measure(base, args.clients, args.seconds)), indent=2))
+        figures = asyncio.run(measure(base, probes, args.clients, args.seconds))
+        print(json.dumps(figures, indent=2))
     finally:
         api.terminate()
         api.wait(30)

@@ -265,6 +265,14 @@ class Settings(BaseSettings):
     # --- query API ------------------------------------------------------
     api_host: str = Field(default="127.0.0.1", description="Query API bind address.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Query API port.")
+    api_probe_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Also serve the query API's /healthz and /readyz on this port (same host), "
+        "from a thread of their own: probes that never wait behind queries, even when a flood "
+        "saturates the API's event loop (the Kubernetes manifests use 8001). Unset: off.",
+    )
     # --- worker metrics and health (issue 9; docs/metrics.md) ---------------------------
     indexer_metrics_host: str = Field(
         default="127.0.0.1",

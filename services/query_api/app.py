@@ -25,6 +25,7 @@ from services.query_api import auth, dashboard, problems
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
+from services.query_api.probe_server import ProbeServer
 from services.query_api.readiness import Readiness
 from services.query_api.routes import router
 from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
@@ -71,12 +72,18 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await check_schema(svc.engine, settings.embedding_dim)
         await ops.start()
+        probes = None
         try:
+            if settings.api_probe_port is not None:
+                probes = ProbeServer(readiness, settings.api_host, settings.api_probe_port)
+                log.info("probes also on %s", await asyncio.to_thread(probes.start))
             async with dashboard.sampling(app):
                 yield
         finally:
             await ops.stop()
             await asyncio.to_thread(publisher.close)
+            if probes is not None:
+                await asyncio.to_thread(probes.stop)
             await asyncio.to_thread(readiness.close)
             if service is None:  # ours to close
                 await svc.engine.dispose()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from services.core.db.engine import DbTimeouts, make_engine
 from services.core.deadline import BackgroundLoop, DeadlineExceeded, SingleFlight
@@ -20,6 +22,7 @@ from services.core.settings import Settings
 from services.query_api.snapshot import read_snapshot
 
 ENDS_MAX_AGE_S = 30.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Readiness:
         self._check = SingleFlight(
             lambda: self._loop.run(self._read()), budget, give_up, "the database"
         )
+        # For callers on the readiness loop itself (probe_server.py).
+        self._check_here = SingleFlight(self._read, budget, give_up, "the database")
 
     @property
     def database(self) -> str:
@@ -63,8 +68,19 @@ class Readiness:
     async def answer(self) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body): 200 when the database answered within the budget, with the
         indexer's state (ok | stalled | unknown) and the published snapshot; else 503."""
+        return await self._answer(self._check)
+
+    async def answer_here(self) -> tuple[int, dict[str, Any]]:
+        """``answer`` for a caller running on the readiness thread's loop (``on_loop``)."""
+        return await self._answer(self._check_here)
+
+    def on_loop(self, work: Coroutine[Any, Any, T]) -> Future[T]:
+        """Run ``work`` on the readiness thread's loop."""
+        return self._loop.submit(work)
+
+    async def _answer(self, check: SingleFlight[ReadyState]) -> tuple[int, dict[str, Any]]:
         try:
-            state = await self._check()
+            state = await check()
         except DeadlineExceeded as exc:
             return 503, {"status": "unavailable", "detail": str(exc)}
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure

@@ -20,6 +20,7 @@ WORKLOADS = {
     "kgstream-communities": 9102,
     "kgstream-query-api": 8000,
 }
+PROBE_PORTS = {**WORKLOADS, "kgstream-query-api": 8001}  # KGSTREAM_API_PROBE_PORT
 
 
 def _resources() -> list[dict[str, Any]]:
@@ -62,7 +63,7 @@ def test_every_resource_is_in_the_namespace() -> None:
 def test_deployments_probe_health_and_readiness_with_resources() -> None:
     deployments = _by_kind("Deployment")
     assert set(deployments) == set(WORKLOADS)
-    for name, port in WORKLOADS.items():
+    for name, port in PROBE_PORTS.items():
         pod = deployments[name]["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}

@@ -82,13 +82,14 @@ def timed_status(settings: Settings) -> tuple[int, str, float]:
 def test_a_frozen_postgres_is_reported_at_once(settings: Settings, tmp_path: Path) -> None:
     with own_postgres(tmp_path / "pg") as pg:
         own = moved(settings, database_url=pg.url)
-        port = free_port()
-        env = {"KGSTREAM_API_PORT": str(port)}
+        port, probe_port = free_port(), free_port()
+        env = {"KGSTREAM_API_PORT": str(port), "KGSTREAM_API_PROBE_PORT": str(probe_port)}
         api = start_process(own, tmp_path / "api.log", "worker", "query-api", env=env)
         try:
             assert wait_until(lambda: timed_readyz(port)[0] == 200, 90), api.output()[-3000:]
+            assert timed_readyz(probe_port)[0] == 200  # the probes' own port (same answers)
             with frozen(postgres_pids(pg)):
-                answers = [timed_readyz(port) for _ in range(3)]
+                answers = [timed_readyz(p) for p in (port, probe_port, port)]
                 code, stderr, took = timed_status(own)
             for status, body, seconds in answers:
                 assert status == 503, answers
