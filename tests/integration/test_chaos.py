@@ -27,14 +27,16 @@ from services.core.infra.broker import EmbeddedBroker
 from services.core.infra.ports import free_port
 from services.core.infra.postgres import EmbeddedPostgres
 from services.core.settings import Settings
-from tests.support.chaos import Recorder, Windows, children, frozen
+from tests.support.chaos import Recorder, Windows, children
 from tests.support.cli import kgstream
 from tests.support.faults import (
     create_topics,
+    frozen,
     kill_group,
     moved,
     own_broker,
     own_postgres,
+    postgres_pids,
     start_process,
     unprocessed,
     wait_until,
@@ -139,7 +141,7 @@ def restart_broker(run: Run, lines: list[str]) -> None:
 def freeze_postgres(run: Run, lines: list[str]) -> None:
     """Phase 5: PostgreSQL accepts connections and answers nothing while events arrive."""
     run.publish(lines[32:40])
-    with run.windows.open("postgres frozen"), frozen(run.pg):
+    with run.windows.open("postgres frozen"), frozen(postgres_pids(run.pg)):
         froze = time.monotonic()
         assert wait_until(run.ready_since(froze, 503), FREEZE_S), "/readyz never said 503"
         run.figures["freeze -> /readyz 503 (s)"] = time.monotonic() - froze

@@ -7,12 +7,8 @@ own. The test that stops PostgreSQL starts its own (tests/support/faults.py)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
-from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +20,18 @@ from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.infra.ports import free_port
-from services.core.infra.postgres import EmbeddedPostgres
 from services.core.settings import Settings
 from services.query_api.app import create_app
 from services.query_api.service import build_query_service
 from tests.support.cli import kgstream
-from tests.support.faults import moved, own_postgres, start_process, wait_until
+from tests.support.faults import (
+    frozen,
+    moved,
+    own_postgres,
+    postgres_pids,
+    start_process,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 READYZ_LIMIT_S = 2.0  # the budget is 0.8 s; the rest is margin for a loaded 2-core machine
@@ -44,32 +46,6 @@ def timed_readyz(port: int) -> tuple[int, dict[str, Any], float]:
     except httpx.TransportError:
         return 0, {}, time.monotonic() - start
     return resp.status_code, resp.json(), time.monotonic() - start
-
-
-def postgres_pids(pg: EmbeddedPostgres, *, backends: bool = True) -> list[int]:
-    """The postmaster, and with ``backends`` every process it started."""
-    postmaster = pg.pid()
-    assert postmaster is not None
-    pids = [postmaster]
-    if backends:
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with suppress(OSError):
-                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:  # ppid
-                    pids.append(int(stat.parent.name))
-    return pids
-
-
-@contextmanager
-def frozen(pids: Sequence[int]) -> Iterator[None]:
-    """SIGSTOP ``pids`` for the block, SIGCONT after it."""
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 def timed_status(settings: Settings) -> tuple[int, str, float]:

@@ -1,12 +1,10 @@
-"""Plumbing for the chaos test: the worker processes `kgstream up` supervises, a PostgreSQL
-frozen with SIGSTOP, and two background recorders (a query flood and a readiness prober) whose
-samples are later checked against the outage windows the test opened."""
+"""Plumbing for the chaos test: the worker processes `kgstream up` supervises, and two
+background recorders (a query flood and a readiness prober) whose samples are later checked
+against the outage windows the test opened."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -15,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-
-from services.core.infra.postgres import EmbeddedPostgres
 
 
 def children(parent: int) -> dict[str, int]:
@@ -34,35 +30,6 @@ def children(parent: int) -> dict[str, int]:
         if "worker" in words and words.index("worker") + 1 < len(words):
             found[words[words.index("worker") + 1]] = int(stat.parent.name)
     return found
-
-
-def postgres_pids(pg: EmbeddedPostgres) -> list[int]:
-    """The postmaster and every backend and auxiliary process it forked."""
-    postmaster = pg.pid()
-    if postmaster is None:
-        return []
-    pids = [postmaster]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
-                pids.append(int(stat.parent.name))
-    return pids
-
-
-@contextlib.contextmanager
-def frozen(pg: EmbeddedPostgres) -> Iterator[None]:
-    """Every PostgreSQL process stopped (SIGSTOP) for the block, then continued: a server that
-    accepts TCP connections and never answers, the worst case for a client without timeouts."""
-    pids = postgres_pids(pg)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 @dataclass(frozen=True)

@@ -180,3 +180,30 @@ def release_chunk_inserts(settings: Settings) -> None:
     with psycopg.connect(libpq_url(str(settings.database_url)), autocommit=True) as conn:
         conn.execute("DROP TRIGGER hold ON chunks")
         conn.execute("DROP FUNCTION hold()")
+
+
+def postgres_pids(pg: EmbeddedPostgres, *, backends: bool = True) -> list[int]:
+    """The postmaster, and with ``backends`` every process it started."""
+    postmaster = pg.pid()
+    assert postmaster is not None
+    pids = [postmaster]
+    if backends:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with suppress(OSError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:  # ppid
+                    pids.append(int(stat.parent.name))
+    return pids
+
+
+@contextmanager
+def frozen(pids: Sequence[int]) -> Iterator[None]:
+    """SIGSTOP ``pids`` for the block, SIGCONT after it: a PostgreSQL frozen this way accepts
+    TCP connections and never answers, the worst case for a client without timeouts."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
