@@ -86,6 +86,14 @@ class Replayed:
     error: str | None = None
 
 
+NOT_REPLAYABLE = {
+    "undecodable_batch": "an unreadable record batch is not an event: publish its documents "
+    "again from their source",
+}
+"""Reasons whose raw bytes are not one record (replaying them would only dead-letter them
+again), with what the operator is told instead."""
+
+
 async def replay_dead_letters(
     engine: AsyncEngine,
     producer: KafkaProducer,
@@ -102,8 +110,14 @@ async def replay_dead_letters(
     between the ack and the mark leaves the letter unreplayed: the next replay sends it again,
     and the indexer skips that second copy by its event id."""
     after = 0
-    while letters := await _unreplayed_after(engine, after, ids, page):
-        after = letters[-1].id
+    while page_letters := await _unreplayed_after(engine, after, ids, page):
+        after = page_letters[-1].id
+        letters = [d for d in page_letters if d.reason not in NOT_REPLAYABLE]
+        for letter in page_letters:
+            if letter.reason in NOT_REPLAYABLE:
+                yield Replayed(letter.id, NOT_REPLAYABLE[letter.reason])
+        if not letters:
+            continue
         await _release_event_ids(engine, [d.event_id for d in letters if d.event_id])
         records = [(d.key.encode("utf-8") if d.key is not None else None, d.raw) for d in letters]
         errors = await asyncio.to_thread(send_each, producer, topic, records, timeout_s)

@@ -143,3 +143,23 @@ async def test_a_replayed_event_is_indexed_once(deps: IndexerDeps, settings: Set
     first = RawRecord(settings.documents_topic, 0, 0, b"long", raw)
     assert await handle_record(deps, first) == "applied"
     assert await handle_record(deps, replace(first, offset=1)) == "duplicate"
+
+
+async def test_an_unreadable_batch_is_not_replayed(deps: IndexerDeps, settings: Settings) -> None:
+    """An `undecodable_batch` letter holds a whole record batch, not an event: replaying it
+    would only dead-letter it again, so it is reported and left unreplayed, and the letters
+    around it still go."""
+    batch = RawRecord(
+        settings.documents_topic, 0, 4, None, b"\x00batch", unreadable="offsets 2..4 (lz4)"
+    )
+    assert await handle_record(deps, batch) == "dead_lettered"
+    bad = RawRecord(settings.documents_topic, 0, 5, b"k", b"{not json")
+    assert await handle_record(deps, bad) == "dead_lettered"
+    (batch_id,) = [d["id"] for d in unreplayed(settings) if d["reason"] == "undecodable_batch"]
+
+    done = kgstream(settings, "dlq", "replay")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"dead letter #{batch_id} not replayed: an unreadable record batch" in done.stderr
+    assert "replayed 1 dead letter(s), 1 not replayed" in done.stdout
+    assert topic_values(settings) == [b"{not json"]
+    assert [d["id"] for d in unreplayed(settings)] == [batch_id]
