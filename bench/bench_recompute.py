@@ -172,7 +172,7 @@ async def bench_recompute(
     """Load synthetic rows with COPY, then two recomputes without summaries."""
     from services.communities.recompute import RecomputeDeps, recompute
     from services.communities.worker import run_now
-    from services.core.db.engine import make_engine
+    from services.core.db.engine import UNBOUNDED, make_engine
 
     t0 = time.perf_counter()
     await _load_rows(url, *graph)
@@ -180,7 +180,7 @@ async def bench_recompute(
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
     pool.submit(_warm_up).result()  # the worker's pool is long-lived: no import cost per run
     deps = RecomputeDeps(
-        engine=make_engine(url),
+        engine=make_engine(url, timeouts=UNBOUNDED),
         database_url=url,
         leiden=LeidenConfig(max_sizes=(max_size,), seed=42),
         keep=1,  # the warm run prunes the cold snapshot: pruning is part of its total

@@ -39,7 +39,7 @@ from synth_corpus import Corpus, questions  # noqa: E402
 
 from services.communities.app import build_deps  # noqa: E402
 from services.communities.recompute import recompute  # noqa: E402
-from services.core.db.engine import make_engine  # noqa: E402
+from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
 from services.core.llm.client import process_client  # noqa: E402
 from services.core.models import build_embedder, build_extractor  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
@@ -109,7 +109,7 @@ async def latencies(
     """Every question in every mode: p50/p99 latency and retrieval by doc_id; then where the
     time of the PROFILED modes goes (another pass each, every statement timed, outside the
     figures)."""
-    engine = make_engine(url)
+    engine = make_engine(url, timeouts=UNBOUNDED)
     client = process_client(settings)
     embedder, extractor = build_embedder(settings, client), build_extractor(settings, client)
     out: dict[str, Any] = {}

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.core.db import migrations  # noqa: E402
-from services.core.db.engine import make_engine  # noqa: E402
+from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
 from services.core.embedding import OnnxMiniLmEmbedder  # noqa: E402
 from services.core.extraction import SpacyExtractor  # noqa: E402
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
@@ -56,7 +56,7 @@ async def run(events: Path, sample: int, out: Path | None) -> None:
     try:
         migrations.upgrade(url, 384)
         settings = Settings(home=home, database_url=url)
-        engine = make_engine(url)
+        engine = make_engine(url, timeouts=UNBOUNDED)
 
         async def no_dlq(_key: bytes | None, value: bytes) -> None:
             raise RuntimeError(f"unexpected dead letter: {value[:200]!r}")

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.core.db import migrations  # noqa: E402
-from services.core.db.engine import make_engine  # noqa: E402
+from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
 from services.core.infra.postgres import ADMIN_USER, DB_NAME, EmbeddedPostgres  # noqa: E402
 from services.core.models import build_embedder, build_extractor  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
@@ -86,7 +86,7 @@ async def _ingest(
 ) -> tuple[dict[str, int], float, float]:
     """Outcome counts, wall seconds, server CPU seconds (read before the pool's backends go)."""
     settings = Settings()
-    engine = make_engine(url)
+    engine = make_engine(url, timeouts=UNBOUNDED)
     with ThreadPoolExecutor(max_workers=1) as pool:
         deps = IndexerDeps.from_settings(
             settings,

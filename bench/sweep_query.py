@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from services.core.db.engine import make_engine  # noqa: E402
+from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
 from services.core.embedding import OnnxMiniLmEmbedder  # noqa: E402
 from services.core.extraction import SpacyExtractor  # noqa: E402
 from services.eval.metrics import mode_report  # noqa: E402
@@ -46,7 +46,7 @@ GRID: list[tuple[str, dict[str, Any], tuple[float, float, float]]] = [
 
 
 async def sweep(database_url: str, questions_path: Path, k: int) -> None:
-    engine = make_engine(database_url)
+    engine = make_engine(database_url, timeouts=UNBOUNDED)
     with ThreadPoolExecutor(max_workers=2) as pool:
         base = QueryService(engine, OnnxMiniLmEmbedder(), SpacyExtractor(), pool)
         questions = load_jsonl(questions_path)

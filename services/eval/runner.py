@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from services.core.access import Caller
 from services.core.db import migrations
-from services.core.db.engine import make_engine
+from services.core.db.engine import DbTimeouts, make_engine
 from services.core.infra.postgres import EmbeddedPostgres
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
@@ -259,7 +259,8 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
             )
         else:
             url = stack.enter_context(fresh_database(settings))
-        engine = make_engine(url)
+        # An offline evaluation: bulk ingest and recompute, no statement bound (as migrations).
+        engine = make_engine(url, timeouts=DbTimeouts.from_settings(settings, statement_s=0))
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
         client = process_client(settings)  # the process's one OpenAI client (None offline)
         embedder, extractor = build_embedder(settings, client), build_extractor(settings, client)

@@ -39,6 +39,10 @@ class DbTimeouts:
         }
 
 
+UNBOUNDED = DbTimeouts(statement_s=0)
+"""For offline tools (benchmarks at 1M rows, bulk loads): no bound on a statement."""
+
+
 def make_engine(
     url: str,
     pool_size: int = 5,
