@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.clocks import PLAUSIBLE_OCCURRENCE
+
 APPLIED = ("applied", "deleted")
 THROUGHPUT_WINDOWS_S = (60, 300)
 SNAPSHOT_HISTORY = 10
@@ -29,12 +31,12 @@ _THROUGHPUT = text(
     " FROM processed_events WHERE processed_at > now() - make_interval(secs => :w2)"
 )
 
-# Freshness since occurrence counts events whose occurred_at lies within a day of their
-# publication (their commit when the record had no timestamp). Beyond it is a back-fill or a
-# broken clock (year 0001, year 9999): one such event would set the p99 to years.
+# Freshness since occurrence counts only plausible occurrences (services/core/clocks.py,
+# ``occurred_plausibly``, which the indexer's histogram uses too).
+_PLAUSIBLE_S = int(PLAUSIBLE_OCCURRENCE.total_seconds())
 OCCURRED_PLAUSIBLE = (
-    "occurred_at BETWEEN coalesce(published_at, processed_at) - interval '1 day'"
-    " AND coalesce(published_at, processed_at) + interval '1 day'"
+    f"occurred_at BETWEEN coalesce(published_at, processed_at) - interval '{_PLAUSIBLE_S} seconds'"
+    f" AND coalesce(published_at, processed_at) + interval '{_PLAUSIBLE_S} seconds'"
 )
 
 _FRESHNESS = text(

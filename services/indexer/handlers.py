@@ -35,7 +35,7 @@ from services.indexer.compute import Computed, UpsertPlan, compute, plan_upsert
 from services.indexer.dead_letters import dead_letter
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.event_times import EventTimes
-from services.indexer.observer import timed
+from services.indexer.observer import observe_freshness, timed
 from services.indexer.ordering import as_ordered, reference_time
 
 __all__ = [
@@ -136,7 +136,9 @@ async def write_batch(deps: IndexerDeps, batch: PreparedBatch) -> list[Outcome]:
                 times = _times(batch, records[i], write_started)
                 log.info("%s %s (%s)", event.type, outcomes[i], times.describe())
                 if outcomes[i] in ("applied", "deleted"):
-                    _observe_freshness(deps, records[i], event)
+                    observe_freshness(
+                        observer, event.occurred_at, records[i].timestamp, time.time()
+                    )
     await progress.batch_done(deps, records)
     for outcome in outcomes:
         observer.outcome(outcome)
@@ -153,14 +155,6 @@ def _times(batch: PreparedBatch, record: RawRecord, write_started: float) -> Eve
         write_started=write_started,
         committed=time.time(),
     )
-
-
-def _observe_freshness(deps: IndexerDeps, record: RawRecord, event: DocumentEvent) -> None:
-    """Commit time minus the event's occurred_at, and minus the Kafka record's timestamp."""
-    now = time.time()
-    deps.observer.freshness("occurred", max(0.0, now - event.occurred_at.timestamp()))
-    if record.timestamp is not None:
-        deps.observer.freshness("published", max(0.0, now - record.timestamp))
 
 
 def decode(deps: IndexerDeps, record: RawRecord) -> DocumentEvent:

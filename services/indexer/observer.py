@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
+from services.core.clocks import occurred_plausibly
 from services.core.model_meter import ModelMeter
 
 if TYPE_CHECKING:
@@ -55,3 +57,18 @@ def timed(observer: IndexerObserver, stage: Stage) -> Iterator[None]:
         yield
     finally:
         observer.stage(stage, time.perf_counter() - start)
+
+
+def observe_freshness(
+    observer: IndexerObserver, occurred_at: datetime, published: float | None, now: float
+) -> None:
+    """Report an event committed at ``now`` (seconds since the epoch): since its occurred_at,
+    and since its record's timestamp ``published``. An implausible occurred_at (a back-fill,
+    a broken clock; ``occurred_plausibly``, the rule of the status's figures) is left out of
+    the first: one year-0001 event would put the histogram's tail at billions of seconds."""
+    stamped = published if published is not None and published > 0 else now
+    reference = datetime.fromtimestamp(stamped, UTC)
+    if occurred_plausibly(occurred_at, reference):
+        observer.freshness("occurred", max(0.0, now - occurred_at.timestamp()))
+    if published is not None:
+        observer.freshness("published", max(0.0, now - published))

@@ -17,7 +17,7 @@ from services.core.extraction import Extraction, TokenUsage
 from services.core.model_meter import ModelMeter, embed_metered, extract_metered
 from services.indexer.deps import Outcome
 from services.indexer.metrics import OUTCOME_LABELS, PrometheusIndexerObserver
-from services.indexer.observer import IndexerObserver, Stage, timed
+from services.indexer.observer import IndexerObserver, Since, Stage, observe_freshness, timed
 from tests.support.metrics_text import CATALOGUE
 
 
@@ -194,3 +194,38 @@ def test_communities_observer_and_snapshot_gauges() -> None:
     show_snapshot(None)
     assert value("kgstream_communities_snapshot_id") == 0
     assert value("kgstream_communities_snapshot_age_seconds") == 0
+
+
+class FreshnessRecorder(IndexerObserver):
+    def __init__(self) -> None:
+        self.seen: list[tuple[Since, float]] = []
+
+    def freshness(self, since: Since, seconds: float) -> None:
+        self.seen.append((since, seconds))
+
+
+@pytest.mark.parametrize(
+    "occurred_at",
+    [
+        datetime(1, 1, 1, tzinfo=UTC),  # year 0001: ~6e10 s before now
+        datetime(9999, 1, 1, tzinfo=UTC),
+        datetime(2026, 1, 1, tzinfo=UTC) - timedelta(days=2),  # a back-fill
+    ],
+)
+def test_freshness_since_occurrence_leaves_out_implausible_clocks(occurred_at: datetime) -> None:
+    # The same rule as the status's figures (OCCURRED_PLAUSIBLE): within a day of publication.
+    now = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    observer = FreshnessRecorder()
+    observe_freshness(observer, occurred_at, now - 2.0, now)
+    assert observer.seen == [("published", 2.0)]
+
+
+def test_freshness_since_occurrence_counts_plausible_clocks() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    occurred = datetime.fromtimestamp(now - 5.0, UTC)
+    observer = FreshnessRecorder()
+    observe_freshness(observer, occurred, now - 2.0, now)
+    assert observer.seen == [("occurred", 5.0), ("published", 2.0)]
+    observer = FreshnessRecorder()
+    observe_freshness(observer, occurred, None, now)  # no record timestamp: the commit's time
+    assert observer.seen == [("occurred", 5.0)]
