@@ -44,6 +44,13 @@ def is_transient(exc: BaseException) -> bool:  # noqa: PLR0911 - one return per 
     return False
 
 
+def is_statement_timeout(exc: BaseException) -> bool:
+    """True when the database cut a statement at statement_timeout (SQLSTATE 57014). Transient,
+    but retrying under the same bound could cut it again forever: the indexer retries such an
+    event with no bound (services/indexer/handlers.py)."""
+    return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) == "57014"
+
+
 def as_permanent(exc: BaseException) -> PermanentError:
     """The dead-letter form of a failure: our own reason, or processing_failed with the
     exception's class and message."""

@@ -22,13 +22,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from services.core import log_context
 from services.core.contracts import DocumentEvent, parse_document_event
+from services.core.db.engine import without_statement_bound
 from services.core.errors import PermanentError, StaleComputeError
-from services.core.failures import as_permanent, is_transient
+from services.core.failures import as_permanent, is_statement_timeout, is_transient
 from services.indexer import progress
 from services.indexer.apply import apply_delete, commit_upsert
 from services.indexer.compute import Computed, UpsertPlan, compute, plan_upsert
@@ -318,6 +319,10 @@ async def _settle(
                 recomputed = True
                 plan = computed = None
                 continue
+            if is_statement_timeout(exc):
+                # Slow, not stuck: under the same bound it would be cut again on every retry
+                # and its partition would stall for good (docs/ingest.md, Failures).
+                deps = replace(deps, engine=without_statement_bound(deps.engine))
             log.warning(
                 "transient failure on %s, retry in %.1fs: %s: %s",
                 event.event_id,

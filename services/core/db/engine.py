@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from sqlalchemy import text
+from sqlalchemy import Connection, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from services.core.errors import ConfigurationError
@@ -42,6 +42,20 @@ class DbTimeouts:
 UNBOUNDED = DbTimeouts(statement_s=0)
 """For offline tools (benchmarks at 1M rows, bulk loads): no bound on a statement."""
 
+_NO_STATEMENT_BOUND = "kgstream_no_statement_bound"
+
+
+def without_statement_bound(engine: AsyncEngine) -> AsyncEngine:
+    """The same engine (the same pool) whose transactions run with no statement_timeout
+    (``SET LOCAL``, so the connection is bounded again once it is back in the pool). For the
+    retry of work a bound cut that is slow, not stuck (docs/ingest.md, Failures)."""
+    return engine.execution_options(**{_NO_STATEMENT_BOUND: True})
+
+
+def _lift_statement_bound(conn: Connection) -> None:
+    if conn.get_execution_options().get(_NO_STATEMENT_BOUND):
+        conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+
 
 def make_engine(
     url: str,
@@ -52,13 +66,15 @@ def make_engine(
 ) -> AsyncEngine:
     """An async engine on psycopg 3 (``postgresql+psycopg://``), every connection bounded by
     ``timeouts`` (the defaults when None)."""
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_pre_ping=True,
         connect_args=(timeouts or DbTimeouts()).connect_args(),
     )
+    event.listen(engine.sync_engine, "begin", _lift_statement_bound)
+    return engine
 
 
 async def check_schema(engine: AsyncEngine, embedding_dim: int) -> None:
