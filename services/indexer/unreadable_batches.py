@@ -8,19 +8,29 @@ One that fails is logged, skipped, and handed on as stand-in records, one per of
 so that acking them commits the partition past it. The stand-in at the batch's last offset
 carries the batch's bytes and the reason, and becomes a dead letter (``undecodable_batch``);
 the others are empty and only acked. A batch that cannot even be delimited (its length field is
-broken) still stops the partition, with a log line that names it."""
+broken) still stops the partition, with a log line that names its offset: aiokafka takes a batch
+running past the fetched bytes for one cut off at the end of the fetch (if it is the first,
+for one larger than the fetch size: RecordTooLargeError).
+
+A batch in a codec Kafka has but this install has no library for is not bad data: the
+partition stops (ConfigurationError) rather than skip valid documents. The patch reaches into
+aiokafka's private fetcher, so ``install`` refuses any aiokafka but the pinned one."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
-import time
 from collections.abc import Iterator
 from typing import Any, Self
 
+import aiokafka
 from aiokafka.consumer import fetcher
+from aiokafka.errors import UnsupportedCodecError
 from aiokafka.record.memory_records import MemoryRecords
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from services.core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +39,15 @@ MAX_SKIPPED_OFFSETS = 1_000_000
 """More offsets than a batch can hold: its header is not to be trusted, so it is not skipped."""
 
 _FRAME = struct.Struct(">qi")  # base offset, length of the rest: the same in every format
+
+AIOKAFKA_VERSION = "0.14.0"
+"""The aiokafka this patch was written and tested against (pinned in pyproject.toml)."""
+_PATCHED = {
+    # what the patch replaces or overrides, and what it reads of aiokafka's objects
+    "fetcher": ("MemoryRecords", "PartitionRecords"),
+    "PartitionRecords": ("_unpack_records", "_tp", "_records", "next_fetch_offset"),
+    "MemoryRecords": ("size_in_bytes", "has_next", "next_batch"),
+}
 
 
 class UnreadableBatch(bytes):
@@ -58,6 +77,18 @@ class KeptRecords:
         self._records: Any = MemoryRecords(data)
         self._pos = 0
         self.span = (0, 0)
+        if not self.has_next() and len(data) >= _FRAME.size:
+            # The first batch runs past the buffer. Brokers send a whole first batch even when
+            # it exceeds the fetch size, so its length field is likely broken; aiokafka raises
+            # RecordTooLargeError (which names the partition) and does not move past it.
+            base_offset, length = _FRAME.unpack_from(data)
+            log.error(
+                "the record batch at offset %d claims %d bytes, the fetch holds %d: its length "
+                "field is broken (or the broker cut the batch), the partition cannot move past it",
+                base_offset,
+                _FRAME.size + length,
+                len(data),
+            )
 
     def size_in_bytes(self) -> int:
         return int(self._records.size_in_bytes())
@@ -117,7 +148,12 @@ class PartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
             try:
                 # aiokafka's own unpacking (CRC, transactions, control batches), this batch only
                 records = list(super()._unpack_records())
-            except Exception as exc:  # noqa: BLE001 - whatever fails, this batch is unreadable
+            except UnsupportedCodecError as exc:
+                if batch.compression_type in CODECS:  # a codec we should read: our fault
+                    raise self._missing_codec(batch, start) from exc
+                yield from self._stand_ins(source, batch, start, exc)  # a codec Kafka lacks
+                continue
+            except Exception as exc:  # noqa: BLE001 - whatever else fails, the batch is bad
                 yield from self._stand_ins(source, batch, start, exc)
                 continue
             finally:
@@ -126,6 +162,16 @@ class PartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
                 self.next_fetch_offset = record.offset + 1
                 yield record
             self.next_fetch_offset = batch.next_offset
+
+    def _missing_codec(self, batch: Any, start: int) -> ConfigurationError:
+        codec = CODECS[batch.compression_type]
+        message = (
+            f"{self._tp}: the record batch at offset {start} is {codec}-compressed and this "
+            f"install has no {codec} library; install kgstream's pinned dependencies. The "
+            "partition stops here rather than skip documents that are fine"
+        )
+        log.critical(message)
+        return ConfigurationError(message)
 
     def _stand_ins(
         self, source: Any, batch: Any, start: int, exc: Exception
@@ -145,7 +191,7 @@ class PartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
             f"read: {type(exc).__name__}: {exc}; the consumer skipped it"
         )
         log.error("%s: %s", self._tp, reason)
-        timestamp = getattr(batch, "max_timestamp", None) or int(time.time() * 1000)
+        timestamp = _batch_timestamp(batch)
         for offset in range(first, last + 1):
             value = UnreadableBatch(
                 raw if offset == last else b"",
@@ -170,8 +216,52 @@ class PartitionRecords(fetcher.PartitionRecords):  # type: ignore[misc]
         self.next_fetch_offset = batch.next_offset
 
 
+def _batch_timestamp(batch: Any) -> int:
+    """The stand-ins' timestamp (ms), read from the batch's header so that every redelivery
+    of the batch gives its dead letter the same identity: its greatest timestamp, else its
+    first (v2), else its one (v0/v1), else 0."""
+    for name in ("max_timestamp", "first_timestamp", "timestamp"):
+        value = getattr(batch, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
+
+
+def check_aiokafka() -> None:
+    """Raise ConfigurationError unless aiokafka is the version this patch was tested against
+    and still has every private name the patch uses: another one could drop the protection
+    silently or break every fetch."""
+    if aiokafka.__version__ != AIOKAFKA_VERSION:
+        raise ConfigurationError(
+            f"aiokafka {aiokafka.__version__} is installed; the indexer's unreadable-batch "
+            f"patch (services/indexer/unreadable_batches.py) is for aiokafka "
+            f"{AIOKAFKA_VERSION} only: install the pinned version, or check and re-pin the patch"
+        )
+    records = MemoryRecords(b"")
+    owners = {"fetcher": fetcher, "MemoryRecords": records, "PartitionRecords": None}
+    # An empty instance, as its __init__ sets the attributes the patch reads; a missing class
+    # or another signature leaves None, whose names are reported missing below.
+    with contextlib.suppress(AttributeError, TypeError):
+        owners["PartitionRecords"] = fetcher.PartitionRecords(
+            TopicPartition("", 0), records, None, 0, None, None, True, 0
+        )
+    missing = [
+        f"{owner}.{name}"
+        for owner, names in _PATCHED.items()
+        for name in names
+        if not hasattr(owners[owner], name)
+    ]
+    if missing:
+        raise ConfigurationError(
+            f"aiokafka {aiokafka.__version__} lacks {', '.join(missing)}, which the "
+            "indexer's unreadable-batch patch (services/indexer/unreadable_batches.py) uses"
+        )
+
+
 def install() -> None:
     """Make every aiokafka consumer in this process decode fetched batches one by one (the
-    indexer has one consumer, faust's). aiokafka's fetcher names both classes at module level."""
+    indexer has one consumer, faust's). aiokafka's fetcher names both classes at module level.
+    Raises ConfigurationError when aiokafka is not the one the patch was written for."""
+    check_aiokafka()
     fetcher.MemoryRecords = KeptRecords
     fetcher.PartitionRecords = PartitionRecords

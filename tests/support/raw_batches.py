@@ -78,11 +78,16 @@ def publish_kafka_python(
 
 
 def claimed_codec_batch(
-    values: Sequence[bytes], codec: str | int, *, base_offset: int = 0, bad_crc: bool = False
+    values: Sequence[bytes],
+    codec: str | int,
+    *,
+    base_offset: int = 0,
+    bad_crc: bool = False,
+    timestamp: int | None = None,
 ) -> bytes:
     """A v2 batch whose header claims ``codec`` (a name or a codec id) while its records are
     stored plain: a compressed batch that does not decompress. Its CRC is right, so only
-    decoding fails, unless ``bad_crc``."""
+    decoding fails, unless ``bad_crc``. Records are stamped ``timestamp`` (ms), or now."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
@@ -93,7 +98,7 @@ def claimed_codec_batch(
         batch_size=1 << 20,
     )
     for i, value in enumerate(values):
-        builder.append(i, timestamp=None, key=None, value=value, headers=[])
+        builder.append(i, timestamp=timestamp, key=None, value=value, headers=[])
     buf = bytearray(builder.build())
     struct.pack_into(">q", buf, 0, base_offset)
     codec_id = CODEC_IDS[codec] if isinstance(codec, str) else codec

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiokafka
 import aiokafka.codec
 import kafka.codec
 import pytest
+from aiokafka.consumer import fetcher
 from aiokafka.structs import TopicPartition
 
-from services.indexer.unreadable_batches import KeptRecords, PartitionRecords, UnreadableBatch
+from services.core.errors import ConfigurationError
+from services.indexer.unreadable_batches import (
+    KeptRecords,
+    PartitionRecords,
+    UnreadableBatch,
+    install,
+)
 from tests.support.raw_batches import claimed_codec_batch
 
 TP = TopicPartition("docs", 0)
@@ -89,3 +97,76 @@ def test_every_kafka_codec_has_its_library(codec: str) -> None:
     tests) read and write every codec of the protocol: their libraries are dependencies."""
     assert getattr(aiokafka.codec, f"has_{codec}")()
     assert getattr(kafka.codec, f"has_{codec}")()
+
+
+def test_a_codec_this_install_cannot_read_stops_the_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An lz4 batch read without the lz4 library is valid data and our fault: skipping it
+    would lose its documents, so the fetch fails loudly instead."""
+    monkeypatch.setattr(aiokafka.codec, "has_lz4", lambda: False)
+    with pytest.raises(ConfigurationError, match="lz4-compressed and this install has no lz4"):
+        unpack(batch(0, [b"a"]) + batch(1, [b"b"], LZ4))
+
+
+def test_a_stand_in_keeps_its_timestamp_across_redeliveries() -> None:
+    """The dead letter's identity includes the record timestamp: a stand-in takes it from the
+    batch, never from the clock, so a redelivered batch finds its letter again."""
+    for stamp, expected in ((1_700_000_000_123, 1_700_000_000_123), (0, 0)):
+        data = claimed_codec_batch([b"a", b"b"], LZ4, timestamp=stamp)
+        assert {r.timestamp for r in unpack(data)[1]} == {expected}
+
+
+@pytest.fixture
+def fetcher_restored(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """aiokafka's fetcher as it was, whatever install() does to it."""
+    monkeypatch.setattr(fetcher, "MemoryRecords", fetcher.MemoryRecords)
+    monkeypatch.setattr(fetcher, "PartitionRecords", fetcher.PartitionRecords)
+    return monkeypatch
+
+
+def test_install_refuses_an_aiokafka_it_was_not_written_for(
+    fetcher_restored: pytest.MonkeyPatch,
+) -> None:
+    fetcher_restored.setattr(aiokafka, "__version__", "0.15.0")
+    with pytest.raises(ConfigurationError, match=r"aiokafka 0\.15\.0 is installed.*0\.14\.0"):
+        install()
+    assert fetcher.PartitionRecords is not PartitionRecords
+
+
+class _Renamed(fetcher.PartitionRecords):  # type: ignore[misc]
+    """A fetcher whose records keep their position under another name."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.position = self.__dict__.pop("next_fetch_offset")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "missing"),
+    [
+        ("MemoryRecords", None, "fetcher.MemoryRecords"),
+        ("PartitionRecords", _Renamed, "PartitionRecords.next_fetch_offset"),
+    ],
+)
+def test_install_refuses_an_aiokafka_without_the_names_it_patches(
+    fetcher_restored: pytest.MonkeyPatch, name: str, value: Any, missing: str
+) -> None:
+    if value is None:
+        fetcher_restored.delattr(fetcher, name)
+    else:
+        fetcher_restored.setattr(fetcher, name, value)
+    with pytest.raises(ConfigurationError, match=f"lacks {missing}"):
+        install()
+
+
+def test_a_batch_whose_length_runs_past_the_fetch_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiokafka takes such a batch for one cut off by the fetch size and raises
+    RecordTooLargeError when it comes first; the log says which offset is broken."""
+    broken = bytearray(batch(7, [b"a"]))
+    broken[8:12] = (10_000).to_bytes(4, "big")  # the length field
+    records = KeptRecords(bytes(broken))
+    assert not records.has_next()
+    assert "record batch at offset 7 claims 10012 bytes, the fetch holds" in caplog.text
