@@ -10,7 +10,7 @@ from kafka.errors import KafkaError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from services.core.dead_letters import list_dead_letters, replay_dead_letters
+from services.core.dead_letters import NOT_REPLAYABLE, list_dead_letters, replay_dead_letters
 from services.core.producer import make_producer
 from services.core.settings import Settings
 
@@ -23,7 +23,9 @@ async def replay(
 ) -> int:
     """Replay the unreplayed letters (or only ``ids``) to ``topic``; print each one the broker
     refused with its reason, then the counts. Returns the exit code: 0 when all went, 1 when
-    any did not (they stay unreplayed), 2 when an id names no unreplayed letter."""
+    any did not (they stay unreplayed), 2 when an id names no unreplayed letter. Letters that
+    can never be replayed (an unreadable record batch) are left alone with one notice when no
+    ``ids`` are given, and count as not replayed when their id is."""
     if ids:
         found = {d.id for d in await list_dead_letters(engine, ids=ids, limit=len(ids))}
         if missing := sorted(set(ids) - found):
@@ -35,10 +37,13 @@ async def replay(
         _error(f"cannot reach the broker at {bootstrap}: {exc}")
         return NOT_ALL_REPLAYED
     sent = failed = 0
+    left_alone: list[int] = []
     try:
         async for outcome in replay_dead_letters(engine, producer, topic, ids=ids):
             if outcome.error is None:
                 sent += 1
+            elif outcome.not_replayable and not ids:
+                left_alone.append(outcome.letter_id)
             else:
                 failed += 1
                 _error(f"dead letter #{outcome.letter_id} not replayed: {outcome.error}")
@@ -48,6 +53,13 @@ async def replay(
         failed += 1
     finally:
         producer.close()
+    if left_alone:
+        listed = ", ".join(f"#{i}" for i in left_alone)
+        typer.echo(
+            f"{len(left_alone)} unreadable batch letter(s) left alone: {listed} "
+            f"({NOT_REPLAYABLE['undecodable_batch']})",
+            err=True,
+        )
     tail = f", {failed} not replayed" if failed else ""
     typer.echo(f"replayed {sent} dead letter(s){tail}")
     return NOT_ALL_REPLAYED if failed else 0

@@ -80,10 +80,12 @@ async def list_dead_letters(
 @dataclass(frozen=True)
 class Replayed:
     """How one letter's replay ended: ``error`` is None when the broker acknowledged it and it
-    is marked replayed, else why it was not sent (it stays unreplayed)."""
+    is marked replayed, else why it was not sent (it stays unreplayed). ``not_replayable``: it
+    was not sent because its reason is in NOT_REPLAYABLE, and never will be."""
 
     letter_id: int
     error: str | None = None
+    not_replayable: bool = False
 
 
 NOT_REPLAYABLE = {
@@ -115,7 +117,7 @@ async def replay_dead_letters(
         letters = [d for d in page_letters if d.reason not in NOT_REPLAYABLE]
         for letter in page_letters:
             if letter.reason in NOT_REPLAYABLE:
-                yield Replayed(letter.id, NOT_REPLAYABLE[letter.reason])
+                yield Replayed(letter.id, NOT_REPLAYABLE[letter.reason], not_replayable=True)
         if not letters:
             continue
         await _release_event_ids(engine, [d.event_id for d in letters if d.event_id])

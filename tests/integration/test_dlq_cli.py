@@ -147,8 +147,8 @@ async def test_a_replayed_event_is_indexed_once(deps: IndexerDeps, settings: Set
 
 async def test_an_unreadable_batch_is_not_replayed(deps: IndexerDeps, settings: Settings) -> None:
     """An `undecodable_batch` letter holds a whole record batch, not an event: replaying it
-    would only dead-letter it again, so it is reported and left unreplayed, and the letters
-    around it still go."""
+    would only dead-letter it again. A replay of everything leaves it alone with one notice and
+    succeeds when the others went; asked for by id, it is reported as not replayed."""
     batch = RawRecord(
         settings.documents_topic, 0, 4, None, b"\x00batch", unreadable="offsets 2..4 (lz4)"
     )
@@ -158,8 +158,21 @@ async def test_an_unreadable_batch_is_not_replayed(deps: IndexerDeps, settings: 
     (batch_id,) = [d["id"] for d in unreplayed(settings) if d["reason"] == "undecodable_batch"]
 
     done = kgstream(settings, "dlq", "replay")
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert f"dead letter #{batch_id} not replayed: an unreadable record batch" in done.stderr
-    assert "replayed 1 dead letter(s), 1 not replayed" in done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        f"1 unreadable batch letter(s) left alone: #{batch_id} (an unreadable record batch is "
+        "not an event: publish its documents again from their source)"
+    )
+    assert done.stdout.strip() == "replayed 1 dead letter(s)"
     assert topic_values(settings) == [b"{not json"]
+    assert [d["id"] for d in unreplayed(settings)] == [batch_id]
+
+    again = kgstream(settings, "dlq", "replay")  # nothing else left: still a success
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "replayed 0 dead letter(s)" in again.stdout
+
+    asked = kgstream(settings, "dlq", "replay", "--id", str(batch_id))
+    assert asked.returncode == 1, asked.stdout + asked.stderr
+    assert f"dead letter #{batch_id} not replayed: an unreadable record batch" in asked.stderr
+    assert "replayed 0 dead letter(s), 1 not replayed" in asked.stdout
     assert [d["id"] for d in unreplayed(settings)] == [batch_id]
