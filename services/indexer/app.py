@@ -53,6 +53,8 @@ from services.indexer.resolution import Adjudicator
 log = logging.getLogger(__name__)
 REJOIN_EXIT_CODE = 3
 """The indexer's exit code when its consumer stayed out of its group too long (restart it)."""
+FAILED_EXIT_CODE = 4
+"""The indexer's exit code when its agent or a lane failed (a bug): restart it."""
 
 
 def _record(event: faust.EventT[bytes]) -> RawRecord | None:
@@ -142,10 +144,22 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
 
         lanes = Lanes(
             in_lane,
-            partition=lambda e: _position(e)[:2],
+            partition=lambda e: _position(e)[:2],  # equal to the signals' TP (topic, partition)
             size=lambda e: len(e.message.value or b""),
             batch_size=settings.indexer_batch_size,
+            current=lambda e: e.message.generation_id == app.consumer_generation_id,
+            on_failure=exit_after_failure,
         )
+
+        # faust does not stop the agent on a rebalance: the lanes of revoked partitions stop.
+        async def revoked(_: Any, /, *args: Any, signal: Any, **__: Any) -> None:  # noqa: ARG001 - faust sends it
+            await lanes.revoke(args[0])
+
+        async def assigned(_: Any, /, *args: Any, signal: Any, **__: Any) -> None:  # noqa: ARG001 - faust sends it
+            lanes.assign(args[0])
+
+        app.on_partitions_revoked.connect(revoked)
+        app.on_partitions_assigned.connect(assigned)
 
         async def prepare(batch: Sequence[bytes]) -> tuple[Events, PreparedBatch]:
             # noack_take buffers events, not values; those of partitions held by a large
@@ -164,8 +178,13 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
 
         # The write phase of one batch overlaps the compute phase of the next; a batch is
         # acked after its writes, batches in order (services/indexer/pipeline.py).
+        # faust's supervisor would restart a failed agent in this process, with no lanes: their
+        # partitions' later events would be applied first. A new process reads from the
+        # committed offsets instead.
         try:
             await run_pipelined(batches, prepare, write)
+        except Exception as exc:  # noqa: BLE001 - logged, and the process ends
+            exit_after_failure(exc)
         finally:
             await lanes.close()
 
@@ -245,15 +264,27 @@ def exit_for_restart(reason: str) -> None:
     stuck in its group protocol, which a stop would wait on. Nothing is lost: only applied
     events are acked, and a member out of its group cannot commit anyway; the next process
     resumes from the committed offsets and skips what was already applied (by event_id)."""
+    _exit(REJOIN_EXIT_CODE, reason)
+
+
+def exit_after_failure(exc: BaseException) -> None:
+    """End the process at once with FAILED_EXIT_CODE after the agent or a lane failed: the
+    events of the failed batch and of every lane are unacked, and a new process reads them
+    again from the committed offsets, in order."""
+    _exit(FAILED_EXIT_CODE, f"the agent failed: {type(exc).__name__}: {exc}", exc)
+
+
+def _exit(code: int, reason: str, exc: BaseException | None = None) -> None:
     log.error(
         "indexer exiting with code %d to be restarted: %s. A new process rejoins and resumes "
         "from the committed offsets",
-        REJOIN_EXIT_CODE,
+        code,
         reason,
+        exc_info=exc,
     )
     for handler in logging.getLogger().handlers:
         handler.flush()
-    os._exit(REJOIN_EXIT_CODE)
+    os._exit(code)
 
 
 def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-def]

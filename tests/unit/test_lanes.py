@@ -120,3 +120,65 @@ async def test_close_cancels_the_lanes() -> None:
     handled.gate.set()
     await settle()
     assert handled.batches == []
+
+
+async def test_a_revoked_partition_loses_its_lane_and_queue_and_its_events_are_dropped() -> None:
+    """A rebalance does not stop the agent: the lane of a revoked partition must not go on
+    handling (and acking) a partition another member now owns, and the agent must not handle
+    its later events ahead of the dropped ones."""
+    handled = Handled()
+    handled.gate = asyncio.Event()
+    lanes = lanes_for(handled)
+    lanes.hold([Ev(0, 5), Ev(0, 6), Ev(0, 7)])
+    lanes.hold([Ev(1, 3)])
+    lanes.start([0, 1])
+    await settle()
+    await lanes.revoke([0])
+    assert lanes.held() == {1}
+    assert lanes.divert([Ev(0, 8), Ev(2, 1)]) == [Ev(2, 1)]  # dropped: unacked, read again
+    lanes.hold([Ev(0, 9)])
+    assert lanes.held() == {1}
+    handled.gate.set()
+    await settle()
+    assert [[e.offset for e in b] for b in handled.batches] == [[3]]  # partition 1 only
+    await asyncio.wait_for(lanes.room(), 5)  # the dropped events no longer count as held
+
+    lanes.assign([0])  # ours again, read again from the committed offset
+    assert lanes.divert([Ev(0, 5)]) == [Ev(0, 5)]
+    await lanes.close()
+
+
+async def test_events_fetched_before_the_last_rebalance_are_dropped() -> None:
+    handled = Handled()
+    stale = {Ev(0, 8)}
+    lanes = Lanes(
+        handled,
+        partition=lambda e: e.partition,
+        size=lambda e: e.size,
+        batch_size=2,
+        current=lambda e: e not in stale,
+    )
+    assert lanes.divert([Ev(0, 8), Ev(0, 5)]) == [Ev(0, 5)]
+    lanes.hold([Ev(0, 8)])
+    assert lanes.held() == set()
+
+
+async def test_a_failed_lane_is_reported_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The indexer ends the process on it: a restarted agent would start with no lanes."""
+    handled = Handled()
+    handled.fail = True
+    failures: list[BaseException] = []
+    lanes = Lanes(
+        handled,
+        partition=lambda e: e.partition,
+        size=lambda e: e.size,
+        batch_size=2,
+        on_failure=failures.append,
+    )
+    lanes.hold([Ev(0, 1)])
+    lanes.start([0])
+    await settle()
+    assert [str(f) for f in failures] == ["lane broke"]
+    assert "the lane of partition 0 failed" in caplog.text
+    assert lanes.held() == {0}
+    await lanes.close()
