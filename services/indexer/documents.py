@@ -89,7 +89,10 @@ async def write_document(
 ) -> None:
     """Insert or update the documents row; a delete keeps tenant, title and metadata as a
     tombstone (the tenant still owns the id: it may create it again, other tenants' keys may
-    not). A delete of an id never stored leaves a tombstone with the event's tenant."""
+    not). A delete of an id never stored leaves a tombstone with the event's tenant. A
+    tombstone keeps the greatest version and time it has seen (a delete without a version
+    keeps the stored one; the time never moves back, nor ahead of now), so no upsert
+    published before the delete can come back, by version or by time."""
     await conn.execute(
         text(
             "INSERT INTO documents (doc_id, tenant, title, version, content_hash, metadata, acl,"
@@ -98,10 +101,15 @@ async def write_document(
             " ON CONFLICT (doc_id) DO UPDATE SET"
             " tenant = CASE WHEN EXCLUDED.deleted THEN documents.tenant ELSE EXCLUDED.tenant END,"
             " title = CASE WHEN EXCLUDED.deleted THEN documents.title ELSE EXCLUDED.title END,"
-            " version = EXCLUDED.version, content_hash = EXCLUDED.content_hash,"
+            " version = CASE WHEN EXCLUDED.deleted"
+            "  THEN COALESCE(EXCLUDED.version, documents.version) ELSE EXCLUDED.version END,"
+            " content_hash = EXCLUDED.content_hash,"
             " metadata = CASE WHEN EXCLUDED.deleted THEN documents.metadata"
             "  ELSE EXCLUDED.metadata END,"
-            " acl = EXCLUDED.acl, occurred_at = EXCLUDED.occurred_at, deleted = EXCLUDED.deleted,"
+            " acl = EXCLUDED.acl, occurred_at = CASE WHEN EXCLUDED.deleted THEN"
+            "  GREATEST(EXCLUDED.occurred_at, LEAST(documents.occurred_at, now()))"
+            "  ELSE EXCLUDED.occurred_at END,"
+            " deleted = EXCLUDED.deleted,"
             " last_event_id = EXCLUDED.last_event_id, updated_at = now()"
         ),
         {

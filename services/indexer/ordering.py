@@ -78,9 +78,15 @@ def decide_upsert(  # noqa: PLR0911 - one return per rule reads best
 
 
 def decide_delete(stored: StoredDoc | None, event: DocumentEvent) -> Decision:
-    """A delete applies unless a newer upsert is already stored."""
+    """A delete with a version applies unless a newer version (or, without versions on both
+    sides, a newer time) is stored. A delete without a version (what DELETE /v1/documents
+    sends) means "gone as of its publication" and applies to whatever is stored: events of a
+    doc_id share a partition and are applied in offset order, so everything stored was
+    published before it, a higher version or a time ahead of its clock included."""
     if stored is None:
         return "apply"  # leaves a tombstone so an older upsert arriving later stays dead
     if stored.deleted:
         return "unchanged"
+    if event.version is None:
+        return "apply"
     return "stale" if _older(stored, event) else "apply"

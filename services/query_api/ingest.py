@@ -64,20 +64,24 @@ class StoredDocument:
     deleted: bool
 
 
-def held_by(row: StoredDocument | None, tenant: str | None) -> bool:
-    """Is the id stored (live or deleted) under ``tenant``? A tombstone keeps its tenant, so
-    a tenant may create a document it deleted again and other tenants' keys may not."""
-    return row is not None and row.tenant == tenant
+def writable_by(row: StoredDocument | None, tenant: str | None) -> bool:
+    """May a key of ``tenant`` upsert or delete this id? An id nobody stored (its delete
+    leaves a tombstone with the tenant), one stored under ``tenant`` (live or deleted: a
+    tombstone keeps its tenant, so a tenant may create a document it deleted again), and a
+    tombstone without a tenant (left by deletes before tombstones kept one) are; an id
+    stored under another tenant, or live without one, is not."""
+    if row is None or row.tenant == tenant:
+        return True
+    return row.deleted and row.tenant is None
 
 
 def bind_tenant(
     events: list[dict[str, Any]], tenant: str | None, rows: Mapping[str, StoredDocument]
 ) -> list[dict[str, Any]]:
     """Give events without a tenant the key's; return a problem per event that names another
-    tenant, upserts a doc_id stored under another tenant, or deletes a doc_id the tenant does
-    not hold (``rows``: the stored documents among the events' ids). A delete of an id never
-    stored would leave a tombstone that no other tenant could ever write over; one of another
-    tenant's id gets the same answer, so deletes do not tell whether an id exists."""
+    tenant or writes a doc_id the tenant may not write (``writable_by``; ``rows``: the stored
+    documents among the events' ids). A refused delete is told ``NOT_HELD``, the answer
+    DELETE /v1/documents gives, which does not say whether the id exists."""
     problems = []
     for index, event in enumerate(events):
         if "tenant" not in event and tenant:
@@ -85,12 +89,9 @@ def bind_tenant(
         errors = []
         if "tenant" in event and event.get("tenant") != tenant:
             errors.append("this API key may only write documents of its own tenant")
-        row = rows.get(str(event["doc_id"]))
-        if event.get("type") == "delete":
-            if not held_by(row, tenant):
-                errors.append(NOT_HELD)
-        elif row is not None and not held_by(row, tenant):
-            errors.append("the document belongs to another tenant")
+        if not writable_by(rows.get(str(event["doc_id"])), tenant):
+            deleting = event.get("type") == "delete"
+            errors.append(NOT_HELD if deleting else "the document belongs to another tenant")
         if errors:
             problems.append({"index": index, "event_id": _event_id(event), "errors": errors})
     return problems
@@ -121,10 +122,13 @@ def delete_event(
     max_skew_s: float = 300.0,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    """A delete event for ``doc_id`` with a fresh event id: "delete the document as stored
-    now". It carries the stored version and a time not before the stored one (bounded by the
-    clock rule, services/core/clocks.py), so it applies even after an upsert whose clock runs
-    ahead; only a newer update published after it wins. ``tenant``: the deleting key's."""
+    """A delete event for ``doc_id`` with a fresh event id: "the document is gone as of now".
+    It carries no version, so the indexer applies it to whatever is stored when it arrives
+    (services/indexer/ordering.py ``decide_delete``): every upsert published before it,
+    a higher version still in the topic included. Its time is the later of now and the
+    stored time (bounded by the clock rule, services/core/clocks.py), and the tombstone
+    blocks what is not newer, so only what is published after it re-creates the document.
+    ``tenant``: the deleting key's, kept by the tombstone of an id nobody stored."""
     at = now or datetime.now(UTC)
     if stored is not None:
         at = max(at, bounded_time(stored.occurred_at, at, timedelta(seconds=max_skew_s)))
@@ -134,8 +138,6 @@ def delete_event(
         "doc_id": doc_id,
         "occurred_at": at.isoformat(),
     }
-    if stored is not None and stored.version is not None:
-        event["version"] = stored.version
     if tenant:
         event["tenant"] = tenant
     return event

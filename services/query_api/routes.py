@@ -20,10 +20,10 @@ from services.query_api.ingest import (
     DocumentPublisher,
     bind_tenant,
     delete_event,
-    held_by,
     stored_documents,
     tenant_bound,
     validate_batch,
+    writable_by,
 )
 from services.query_api.limits import LimitedQuery
 from services.query_api.metrics import observe_failed_query, observe_query
@@ -206,13 +206,14 @@ async def delete_document(
     caller: CallerDep,
     doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)],
 ) -> IngestAccepted:
-    """Publish a delete event for the document as stored now (it carries the stored version
-    and a time not before the stored one, so it applies). A non-admin key deletes only ids its
-    tenant holds: 404 otherwise, the same for an id of another tenant as for an unknown one."""
+    """Publish "this document is gone as of now" (``delete_event``): it applies over
+    everything published before it. A non-admin key may not delete an id stored under another
+    tenant (``writable_by``): 404, which does not say whether the id exists. An id nobody
+    stored gets a tombstone with the key's tenant."""
     async with svc.engine.connect() as conn:
         stored = (await stored_documents(conn, [doc_id])).get(doc_id)
     bound = tenant_bound(caller)
-    if bound and not held_by(stored, caller.tenant):
+    if bound and not writable_by(stored, caller.tenant):
         raise Problem(404, "Document not found", NOT_HELD)
     event = delete_event(
         doc_id,

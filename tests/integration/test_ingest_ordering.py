@@ -221,29 +221,86 @@ async def test_a_tenant_deletes_and_re_creates_its_own_document(api: Api) -> Non
     assert await api.relay.apply(1) == ["applied"]
 
 
-async def test_a_tenant_cannot_delete_ids_it_does_not_hold(api: Api) -> None:
-    """Failed on 4163b39: t1's DELETE of an id nobody stored was accepted and left a tombstone
-    without a tenant, so t2 could never create that id (403). Now a key deletes only documents
-    of its tenant, and the answer for another tenant's id is the one for an unknown id."""
-    unknown = await api.delete("t1", "nobody")
-    assert unknown.status_code == 404, unknown.text
-    assert unknown.headers["content-type"].startswith("application/problem+json")
-    await api.relay.nothing_more()
-    assert await api.row("nobody") is None
-    created = await api.post("t2", upsert("nobody", "Vienna is in Austria.", now()))
-    assert created.status_code == 202, created.text
+async def test_a_tenant_deletes_ids_nobody_stored_but_never_another_tenants(api: Api) -> None:
+    """A key may delete an id nobody stored: the tombstone keeps its tenant (it used to be
+    NULL, blocking every tenant). An id stored under another tenant, or live without one, is
+    refused with 404, the same answer whether or not it exists."""
+    fresh = await api.delete("t1", "nobody")
+    assert fresh.status_code == 202, fresh.text
+    assert await api.relay.apply(1) == ["deleted"]
+    assert tuple(await api.row("nobody"))[:2] == ("t1", True)
+    assert (
+        await api.post("t2", upsert("nobody", "Vienna is in Austria.", now()))
+    ).status_code == 403
+    assert (await api.post("t1", upsert("nobody", "Vienna is in Austria.", now()))).is_success
     assert await api.relay.apply(1) == ["applied"]
-    assert (await api.row("nobody")).tenant == "t2"
-    foreign = await api.delete("t1", "nobody")
-    assert (foreign.status_code, foreign.json()["detail"]) == (404, unknown.json()["detail"])
+    foreign = await api.delete("t2", "nobody")
+    assert (await api.post("admin", upsert("shared", "Linz is in Austria.", now()))).is_success
+    assert await api.relay.apply(1) == ["applied"]
+    tenantless = await api.delete("t1", "shared")
+    assert (foreign.status_code, tenantless.status_code) == (404, 404)
+    assert foreign.json()["detail"] == tenantless.json()["detail"]
     # A delete event posted in a batch is held to the same rule (all or none).
     batch = [
         upsert("t1-doc", "Graz is in Austria.", now()),
-        {"event_id": "del-1", "type": "delete", "doc_id": "nobody-else",
+        {"event_id": "del-1", "type": "delete", "doc_id": "shared",
          "occurred_at": "2026-01-01T00:00:00Z"},
     ]  # fmt: skip
-    refused = await api.post("t1", batch)
-    assert refused.status_code == 403, refused.text
-    assert [e["index"] for e in refused.json()["errors"]] == [1]
+    batch_refused = await api.post("t1", batch)
+    assert batch_refused.status_code == 403, batch_refused.text
+    assert [e["index"] for e in batch_refused.json()["errors"]] == [1]
     await api.relay.nothing_more()
-    assert (await api.row("nobody")).deleted is False
+    assert (await api.row("shared")).deleted is False
+
+
+async def test_an_http_delete_wins_over_what_was_published_before_it(api: Api) -> None:
+    """Failed on the first fix: the DELETE copied the stored version (1), so an update v2
+    published before it but not yet applied (indexer lag) made it stale, 202 and the document
+    stayed. Now it applies, and its tombstone keeps v2: only a later version re-creates."""
+    assert (
+        await api.post("admin", upsert("lag", "Turin is in Italy.", now(), version=1))
+    ).is_success
+    assert await api.relay.apply(1) == ["applied"]
+    ahead = now() + timedelta(seconds=120)  # a publisher's clock ahead within the skew
+    v2 = upsert("lag", "Milan is in Italy.", ahead, version=2)
+    assert (await api.post("admin", v2)).is_success
+    assert (await api.delete("admin", "lag")).status_code == 202  # reads v1: v2 not applied
+    assert await api.relay.apply(2) == ["applied", "deleted"]
+    row = await api.row("lag")
+    assert (row.deleted, row.chunks) == (True, 0)
+    replay = {**v2, "event_id": "lag-v2-again"}  # v2 sent again after the delete
+    assert (await api.post("admin", replay)).is_success
+    assert await api.relay.apply(1) == ["stale"]
+    assert (
+        await api.post("admin", upsert("lag", "Genoa is in Italy.", now(), version=3))
+    ).is_success
+    assert await api.relay.apply(1) == ["applied"]
+
+
+async def test_a_tenant_deletes_its_document_before_the_indexer_stored_it(api: Api) -> None:
+    """Failed on the first fix: t1's DELETE of a document it had published but the indexer
+    had not stored yet was refused (404)."""
+    ahead = now() + timedelta(seconds=120)
+    assert (await api.post("t1", upsert("early", "Naples is in Italy.", ahead))).is_success
+    deleted = await api.delete("t1", "early")
+    assert deleted.status_code == 202, deleted.text
+    assert await api.relay.apply(2) == ["applied", "deleted"]
+    assert tuple(await api.row("early"))[:2] == ("t1", True)
+
+
+async def test_a_tenant_claims_a_tombstone_left_without_a_tenant(api: Api) -> None:
+    """Tombstones written by deletes before tombstones kept a tenant have tenant NULL: failed
+    on the first fix (403 for the re-create, 404 for a delete)."""
+    assert (await api.post("admin", upsert("old", "Pisa is in Italy.", now()))).is_success
+    assert await api.relay.apply(1) == ["applied"]
+    async with api.relay.deps.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE documents SET tenant = NULL, deleted = true WHERE doc_id = 'old'")
+        )
+    assert (await api.delete("t1", "old")).status_code == 202
+    assert await api.relay.apply(1) == ["unchanged"]
+    claimed = await api.post("t1", upsert("old", "Siena is in Italy.", now()))
+    assert claimed.status_code == 202, claimed.text
+    assert await api.relay.apply(1) == ["applied"]
+    assert tuple(await api.row("old"))[:2] == ("t1", False)
+    assert (await api.post("t2", upsert("old", "Lucca is in Italy.", now()))).status_code == 403

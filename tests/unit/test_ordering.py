@@ -11,6 +11,7 @@ from services.indexer.ordering import (
     decide_delete,
     decide_upsert,
 )
+from services.query_api.ingest import StoredDocument, delete_event, writable_by
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 T1 = datetime(2024, 1, 2, tzinfo=UTC)
@@ -99,3 +100,61 @@ def test_a_row_stored_before_the_bound_is_ordered_by_when_it_was_written() -> No
     legacy = stored(at=bounded_time(FAR, T0, SKEW))
     assert decide_delete(legacy, ev("delete", at=T1)) == "apply"
     assert decide_upsert(legacy, ev(at=T1), content_hash("", "x")) == "apply"
+
+
+# Review of issue 18 (findings 5 and 6): an HTTP DELETE means "gone as of now". It carries no
+# version and applies to whatever is stored when it arrives (everything stored was published
+# before it on its partition); its tombstone keeps the greatest version and time seen, so only
+# what is published after it re-creates the document.
+def test_a_delete_without_a_version_wins_over_a_higher_stored_version() -> None:
+    """Failed on the first fix: the API copied the stored version (5) into the delete, and an
+    upsert v6 published before it but applied after the API read the row made it stale."""
+    assert decide_delete(stored(version=6, at=T0), ev("delete", at=T1)) == "apply"
+    assert decide_delete(stored(version=6, at=T1), ev("delete", at=T0)) == "apply"
+
+
+def test_a_delete_without_a_version_wins_over_a_stored_clock_ahead() -> None:
+    """An upsert published before the delete with a clock ahead within the skew."""
+    ahead = T1 + SKEW - timedelta(seconds=1)
+    assert decide_delete(stored(at=ahead), ev("delete", at=T1)) == "apply"
+
+
+def test_a_versioned_delete_still_loses_to_a_newer_version() -> None:
+    """Kafka publishers' version ordering is unchanged: a delete of v4 does not remove v5."""
+    assert decide_delete(stored(version=5, at=T0), ev("delete", version=4, at=T1)) == "stale"
+    assert decide_delete(stored(at=T1), ev("delete", version=4, at=T0)) == "stale"
+
+
+def test_a_tombstone_of_a_versionless_delete_keeps_versions_deciding() -> None:
+    """The tombstone keeps the stored version (documents.write_document): a versioned upsert
+    re-creates the document with a higher version only, whatever its time; an upsert without
+    a version needs a time after the tombstone's."""
+    h = content_hash("", "x")
+    tomb = stored(version=6, at=T1, deleted=True)
+    assert decide_upsert(tomb, ev(version=6, at=T1 + SKEW), h) == "stale"
+    assert decide_upsert(tomb, ev(version=7, at=T0), h) == "apply"
+    assert decide_upsert(tomb, ev(at=T0), h) == "stale"
+    assert decide_upsert(tomb, ev(at=T1 + timedelta(seconds=1)), h) == "apply"
+
+
+def test_the_http_delete_event_carries_no_version() -> None:
+    """Failed on the first fix: it carried the stored version, so it lost to a higher one."""
+    ahead = T0 + timedelta(seconds=60)  # a stored clock ahead within the skew: kept
+    row = StoredDocument("t1", 5, ahead, deleted=False)
+    event = delete_event("d", stored=row, tenant="t1", now=T0)
+    assert "version" not in event
+    assert (event["occurred_at"], event["tenant"]) == (ahead.isoformat(), "t1")
+    later = T1 + timedelta(hours=1)
+    assert delete_event("d", stored=row, now=later)["occurred_at"] == later.isoformat()
+
+
+def test_who_may_write_an_id() -> None:
+    """Nobody stored it, the tenant's (live or tombstone), or a tombstone left without a
+    tenant (before tombstones kept one); never another tenant's, nor a live tenantless one."""
+    assert writable_by(None, "t1")
+    assert writable_by(StoredDocument("t1", None, T0, deleted=False), "t1")
+    assert writable_by(StoredDocument("t1", None, T0, deleted=True), "t1")
+    assert writable_by(StoredDocument(None, None, T0, deleted=True), "t1")
+    assert not writable_by(StoredDocument("t2", None, T0, deleted=True), "t1")
+    assert not writable_by(StoredDocument("t2", None, T0, deleted=False), "t1")
+    assert not writable_by(StoredDocument(None, None, T0, deleted=False), "t1")
