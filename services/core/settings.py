@@ -402,9 +402,23 @@ class Settings(BaseSettings):
     query_max_concurrent_per_key: int = Field(
         default=8,
         ge=1,
-        description="Of those, the most one API key (one Authorization header) may hold, so "
-        "one client flooding leaves room for the others; requests without a key share one "
-        "allowance. 429 with Retry-After beyond it.",
+        description="Of those, the most one API key (by key id, authenticated before it takes "
+        "a place) may hold, so one client flooding leaves room for the others; requests "
+        "without a key (only where keys are not required) are bound by "
+        "KGSTREAM_QUERY_MAX_CONCURRENT alone. 429 with Retry-After beyond it.",
+    )
+    api_body_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Time an admitted API request has for its whole body to arrive: 408 "
+        "beyond it, and its admission place is free again.",
+    )
+    api_loop_stall_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="The probes port's /healthz and /readyz answer 503 when the API's main "
+        "event loop has not ticked (once a second) for longer than this: a blocked loop is "
+        "restarted by the liveness probe; a merely busy one still ticks.",
     )
     # --- status and dashboard (issue 9) -------------------------------------------------
     status_freshness_window_s: float = Field(

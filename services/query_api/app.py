@@ -111,9 +111,11 @@ def create_app(
     app.add_middleware(
         Admission,
         exempt=EXEMPT_PATHS,
+        authenticate=app.state.authenticator.principal,
         max_concurrent=settings.query_max_concurrent,
         per_key=settings.query_max_concurrent_per_key,
         timeout_s=settings.query_timeout_s,
+        body_timeout_s=settings.api_body_timeout_s,
     )
     app.add_middleware(BodyLimits, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(HttpMetrics, router=app.router)  # outermost: counts refusals too

@@ -24,6 +24,7 @@ from services.query_api.problems import Problem, problem_response
 
 log = logging.getLogger(__name__)
 _CACHE_MAX = 10_000
+PRINCIPAL_STATE = "principal"  # request.state key: set where admission authenticated already
 
 
 def is_loopback(host: str) -> bool:
@@ -118,7 +119,11 @@ class Authenticator:
 
 
 async def authenticate(request: Request) -> Principal:
-    """The request's principal (FastAPI runs this once per request however often it is used)."""
+    """The request's principal (FastAPI runs this once per request however often it is used;
+    admission, limits.py, has usually found it already)."""
+    known: Principal | None = getattr(request.state, PRINCIPAL_STATE, None)
+    if known is not None:
+        return known
     authenticator: Authenticator = request.app.state.authenticator
     return await authenticator.principal(request.headers.get("authorization"))
 

@@ -6,23 +6,27 @@ middlewares are pure ASGI so nothing is buffered before a check."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from email.message import Message
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as AsgiMessage
 
+from services.core.access import Caller
 from services.core.settings import Settings
+from services.query_api.auth import PRINCIPAL_STATE, Principal, Unauthorized
 from services.query_api.metrics import REJECTED
 from services.query_api.problems import RETRY_AFTER_S, Problem, problem
 from services.query_api.schemas import QueryRequest
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_BODILESS_METHODS = frozenset({"GET", "HEAD"})
+_NO_KEY = Principal(Caller(), None)  # anonymous at admission; the route still checks
 
 
 def is_json(content_type: str) -> bool:
@@ -93,63 +97,108 @@ EXEMPT_PATHS = ("/healthz", "/readyz", "/metrics")  # probes and scrapes: never 
 
 class Admission:
     """Admission control for every route but the ``exempt`` paths (probes and metrics): at
-    most ``max_concurrent`` requests at once, at most ``per_key`` of them with one credential
-    (429 with Retry-After beyond either, never queued), each within ``timeout_s`` (504).
+    most ``max_concurrent`` requests at once, at most ``per_key`` of them with one API key
+    (429 with Retry-After beyond either, never queued), each within ``timeout_s`` (504) and
+    with its body in within ``body_timeout_s`` (408).
 
-    The credential is the Authorization header as sent (a digest of it is held while the
-    request runs): this runs before authentication, so one key flooding holds at most
-    ``per_key`` places and the others stay free for other callers. Requests without a key
-    (only where keys are not required) share one allowance."""
+    The caller is authenticated here, before its request may wait for anything (its body
+    included): a malformed, unknown or revoked key is 401 at once, and so is a missing one
+    where keys are required, except on GET and HEAD (open pages; the routes that need a key
+    refuse it themselves, with no body to wait for). The share is counted per key id, however
+    the header was spelled. Anonymous requests are bound by ``max_concurrent`` alone: local
+    callers cannot be told apart (they all have one address)."""
 
     def __init__(
         self,
         app: ASGIApp,
+        *,
         exempt: Iterable[str],
+        authenticate: Callable[[str | None], Awaitable[Principal]],
         max_concurrent: int,
         per_key: int,
         timeout_s: float,
+        body_timeout_s: float,
     ) -> None:
-        self.app, self.exempt = app, frozenset(exempt)
+        self.app, self.exempt, self.authenticate = app, frozenset(exempt), authenticate
         self.max_concurrent, self.timeout_s = max_concurrent, timeout_s
+        self.body_timeout_s = body_timeout_s
         self.per_key = min(per_key, max_concurrent)
         self.in_flight = 0
-        self.by_key: dict[bytes, int] = {}  # credential digest -> requests running
+        self.by_key: dict[int, int] = {}  # API key id -> requests running
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.exempt:
             await self.app(scope, receive, send)
             return
-        key = hashlib.sha256(Headers(scope=scope).get("authorization", "").encode()).digest()
-        refusal = self._refusal(self.by_key.get(key, 0))
-        if refusal is not None:
-            REJECTED.labels(limit="Too Many Requests").inc()
-            retry = {"Retry-After": str(RETRY_AFTER_S)}
-            await problem(429, "Too Many Requests", refusal, scope["path"], retry)(
+        if self.in_flight >= self.max_concurrent:
+            detail = (
+                f"{self.in_flight} requests are running; the limit is {self.max_concurrent} "
+                "(KGSTREAM_QUERY_MAX_CONCURRENT)"
+            )
+            await self._too_many(detail, scope, receive, send)
+            return
+        # The place is taken while the key is looked up, so lookups of unknown keys (one
+        # query each; verified keys are cached) are bounded like everything else.
+        self.in_flight += 1
+        try:
+            principal = await self._principal(scope, receive, send)
+            if principal is None:
+                return
+            await self._admit(principal, scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _principal(self, scope: Scope, receive: Receive, send: Send) -> Principal | None:
+        authorization = Headers(scope=scope).get("authorization")
+        try:
+            principal = await self.authenticate(authorization)
+        except Unauthorized as exc:
+            if authorization is None and scope["method"] in _BODILESS_METHODS:
+                # Open pages (/dashboard, /docs); a GET that needs a key is refused by its
+                # route at once, having no body to wait for.
+                return _NO_KEY
+            challenge = {"WWW-Authenticate": exc.challenge}
+            await problem(401, exc.title, exc.detail, scope["path"], challenge)(
                 scope, receive, send
             )
+            return None
+        except SQLAlchemyError as exc:
+            retry = {"Retry-After": str(RETRY_AFTER_S)}
+            detail = f"could not look up the API key: {type(exc).__name__}"
+            await problem(503, "Database unavailable", detail, scope["path"], retry)(
+                scope, receive, send
+            )
+            return None
+        scope.setdefault("state", {})[PRINCIPAL_STATE] = principal  # for the route's checks
+        return principal
+
+    async def _admit(
+        self, principal: Principal, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        if principal.key is None:
+            await self._timed(scope, receive, send)
             return
-        self.in_flight += 1
-        self.by_key[key] = self.by_key.get(key, 0) + 1
+        key = principal.key.id
+        running = self.by_key.get(key, 0)
+        if running >= self.per_key:
+            detail = (
+                f"{running} requests with this key are running; the limit per key is "
+                f"{self.per_key} (KGSTREAM_QUERY_MAX_CONCURRENT_PER_KEY)"
+            )
+            await self._too_many(detail, scope, receive, send)
+            return
+        self.by_key[key] = running + 1
         try:
             await self._timed(scope, receive, send)
         finally:
-            self.in_flight -= 1
             self.by_key[key] -= 1
             if not self.by_key[key]:
                 del self.by_key[key]
 
-    def _refusal(self, running_with_key: int) -> str | None:
-        if self.in_flight >= self.max_concurrent:
-            return (
-                f"{self.in_flight} requests are running; the limit is {self.max_concurrent} "
-                "(KGSTREAM_QUERY_MAX_CONCURRENT)"
-            )
-        if running_with_key >= self.per_key:
-            return (
-                f"{running_with_key} requests with this key are running; the limit per key is "
-                f"{self.per_key} (KGSTREAM_QUERY_MAX_CONCURRENT_PER_KEY)"
-            )
-        return None
+    async def _too_many(self, detail: str, scope: Scope, receive: Receive, send: Send) -> None:
+        REJECTED.labels(limit="Too Many Requests").inc()
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
+        await problem(429, "Too Many Requests", detail, scope["path"], retry)(scope, receive, send)
 
     async def _timed(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
@@ -161,13 +210,39 @@ class Admission:
 
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.app(scope, receive, tracked)
+                await self.app(scope, self._body_within(receive), tracked)
         except TimeoutError:
             if started:  # too late for a problem document: the client sees a cut response
                 raise
             REJECTED.labels(limit="Gateway Timeout").inc()
             detail = f"the request took longer than {self.timeout_s:g} s (KGSTREAM_QUERY_TIMEOUT_S)"
             await problem(504, "Request timed out", detail, scope["path"])(scope, receive, send)
+
+    def _body_within(self, receive: Receive) -> Receive:
+        # The whole body has body_timeout_s from admission, so a client that sends its headers
+        # and then nothing (or a byte now and then) gives its place back quickly. Once the body
+        # is in, receive() is left unbounded: it then only waits for a disconnect.
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
+        complete = False
+
+        async def bounded() -> AsgiMessage:
+            nonlocal complete
+            if complete:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                REJECTED.labels(limit="Request Timeout").inc()
+                detail = (
+                    f"the request body did not arrive within {self.body_timeout_s:g} s "
+                    "(KGSTREAM_API_BODY_TIMEOUT_S)"
+                )
+                raise HTTPException(408, detail) from None
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        return bounded
 
 
 def limited_query(req: QueryRequest, request: Request) -> QueryRequest:

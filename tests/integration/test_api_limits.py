@@ -22,6 +22,7 @@ from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Mount, Route
 
+from services.core.api_keys import create_key
 from services.core.contracts import encode_event
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
@@ -83,6 +84,7 @@ async def make_client(
     yield make
     for app in apps:
         app.state.publisher.close()
+        await asyncio.to_thread(app.state.readiness.close)  # its connection blocks clones
     for engine in engines:
         await engine.dispose()
 
@@ -352,25 +354,34 @@ def test_a_record_the_broker_refuses_is_a_rejected_line(
 
 
 ALWAYS_OPEN = {"/healthz", "/readyz", "/metrics"}  # probes and scrapes: outside admission
-HOLDER = {"Authorization": "Bearer flooding-key", "content-type": "application/json"}
+HOLD_S = 60.0  # KGSTREAM_API_BODY_TIMEOUT_S for tests whose holders stall their bodies
 
 
-async def hold(client: httpx.AsyncClient, release: asyncio.Event) -> httpx.Response:
-    """A request with HOLDER's key that keeps its admission place until ``release`` (its body
-    never ends before), then is refused (nothing is published)."""
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def hold(
+    client: httpx.AsyncClient, release: asyncio.Event, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    """A request that keeps its admission place until ``release`` (its body never ends
+    before), then is refused (nothing is published)."""
 
     async def body() -> AsyncIterator[bytes]:
         yield b'{"event_id": '
         await release.wait()
         yield b"1}"
 
-    return await client.post("/v1/documents", content=body(), headers=HOLDER)
+    headers = {"content-type": "application/json", **(headers or {})}
+    return await client.post("/v1/documents", content=body(), headers=headers)
 
 
-async def holding(client: httpx.AsyncClient, n: int) -> tuple[asyncio.Event, list[Any]]:
+async def holding(
+    client: httpx.AsyncClient, n: int, headers: dict[str, str] | None = None
+) -> tuple[asyncio.Event, list[Any]]:
     """n holders admitted and waiting (release the event, then await the tasks)."""
     release = asyncio.Event()
-    tasks = [asyncio.create_task(hold(client, release)) for _ in range(n)]
+    tasks = [asyncio.create_task(hold(client, release, headers)) for _ in range(n)]
     await asyncio.sleep(0.2)  # each has passed admission and waits for its body
     assert not any(t.done() for t in tasks)
     return release, tasks
@@ -387,7 +398,7 @@ def route_urls(app: Any) -> list[tuple[str, str, str]]:
 async def test_every_route_but_the_probes_is_under_admission(make_client: AppFactory) -> None:
     """Failed on 4163b39: only /v1/query and /v1/paths were limited; /v1/entities,
     /v1/communities, the document and status routes served any number at once."""
-    client, _ = await make_client(query_max_concurrent=1)
+    client, _ = await make_client(query_max_concurrent=1, api_body_timeout_s=HOLD_S)
     app = client._transport.app
     release, tasks = await holding(client, 1)
     try:
@@ -406,22 +417,30 @@ async def test_every_route_but_the_probes_is_under_admission(make_client: AppFac
     assert (await client.get("/v1/entities", params={"name": "Leland"})).status_code == 200
 
 
-async def test_one_key_flooding_leaves_room_for_other_callers(make_client: AppFactory) -> None:
+async def test_one_key_flooding_leaves_room_for_other_callers(
+    make_client: AppFactory, sample_db: str
+) -> None:
     """Failed on 4163b39: one key held every place (200 clients, all served, another caller's
     vector query waited 6 s); now a key holds at most its share and the next is 429."""
-    client, _ = await make_client(query_max_concurrent=4, query_max_concurrent_per_key=2)
-    release, tasks = await holding(client, 2)
+    engine = make_engine(sample_db)
     try:
-        more = await client.get("/v1/communities", headers=HOLDER)
+        _, key = await create_key(engine, ["query", "ingest"], name="flooding")
+    finally:
+        await engine.dispose()
+    client, _ = await make_client(
+        query_max_concurrent=4, query_max_concurrent_per_key=2, api_body_timeout_s=HOLD_S
+    )
+    release, tasks = await holding(client, 2, bearer(key))
+    try:
+        more = await client.get("/v1/communities", headers=bearer(key))
         assert "KGSTREAM_QUERY_MAX_CONCURRENT_PER_KEY" in assert_problem(more, 429)["detail"]
         other = await client.post("/v1/query", json={"question": "Leland", "mode": "vector"})
         assert other.status_code == 200  # another caller (no key on loopback) is served
     finally:
         release.set()
         held = await asyncio.gather(*tasks)
-    # admission comes before authentication: the (unknown) key held its places all the same
-    assert [r.status_code for r in held] == [401, 401]
-    assert (await client.get("/v1/entities", headers=HOLDER)).status_code != 429
+    assert [r.status_code for r in held] == [422, 422]  # {"event_id": 1} is no event
+    assert (await client.get("/v1/entities", headers=bearer(key))).status_code != 429
 
 
 async def test_metric_labels_are_bounded_whatever_the_request(make_client: AppFactory) -> None:
