@@ -33,6 +33,11 @@ class RestartPolicy:
         self.due_at = now + delay
         return delay
 
+    def on_planned_exit(self, now: float) -> None:
+        """The process exited because the supervisor stopped it (a planned restart): that is
+        no crash, so the count starts again and the restart is due at once."""
+        self.quick, self.due_at = 0, now
+
     @property
     def crash_looping(self) -> bool:
         """More than ``max_quick`` exits in a row, each within ``stable_s`` of its start."""

@@ -37,6 +37,9 @@ from services.core.infra.manager import (
 from services.core.processes import host_name, live_processes
 from services.core.settings import Settings
 
+STOP_GRACE_S = 30.0
+"""How long a worker sent SIGTERM may take to stop before it is sent SIGKILL."""
+
 WORKERS = ("indexer", "communities", "query-api")
 """The processes `up` starts, and starts again whenever one exits: the indexer resumes from its
 committed offsets, the communities worker from the database, and the query API keeps no state."""
@@ -54,6 +57,8 @@ class Stack:
     infra: InfraWatch | None = None
     ready: bool = False
     """Set once the stack first answered /readyz: from then on no exit ends it."""
+    stopping: dict[str, float] = field(default_factory=dict)
+    """Workers stopped for a planned restart (``move_to``), and when SIGKILL is due."""
 
     def start(self, name: str) -> None:
         """Start (or restart) the ``kgstream worker NAME`` process."""
@@ -69,12 +74,19 @@ class Stack:
         if self.infra is not None:
             moved = self.infra.check(now)
             if moved is not None and moved != self.endpoints:
-                self._move_to(moved)
+                self.move_to(moved)
         for name, proc in list(self.processes.items()):
             code = proc.poll()
             if code is None:
+                if now >= self.stopping.get(name, float("inf")):
+                    say(f"the {name} process ignored SIGTERM for {STOP_GRACE_S:g} s: killing it")
+                    proc.kill()
+                    self.stopping[name] = float("inf")  # killed once; its exit is awaited
                 continue
             policy = self.restarts[name]
+            if self.stopping.pop(name, None) is not None:
+                policy.on_planned_exit(now)  # not a crash: no backoff, no crash loop
+                say(f"the {name} process stopped (code {code}) for a planned restart")
             if policy.due_at is None:
                 delay = policy.on_exit(now)
                 if policy.crash_looping and not self.ready:
@@ -93,15 +105,19 @@ class Stack:
                 self.start(name)
                 say(f"restarted the {name} process (pid {self.processes[name].pid})")
 
-    def _move_to(self, endpoints: Endpoints) -> None:
-        # A restarted embedded server found its old port taken: the workers must reconnect.
+    def move_to(self, endpoints: Endpoints) -> None:
+        """Restart every running worker on ``endpoints`` (a restarted embedded server found its
+        old port taken): SIGTERM now, SIGKILL after ``STOP_GRACE_S``; the restart is planned,
+        so it resets the worker's backoff instead of counting as a quick exit."""
         self.endpoints = endpoints
         self.env["KGSTREAM_DATABASE_URL"] = endpoints.database_url
         self.env["KGSTREAM_KAFKA_BOOTSTRAP_SERVERS"] = endpoints.kafka_bootstrap_servers
         say("the embedded servers moved to new ports: restarting the workers")
-        for proc in self.processes.values():
+        now = time.monotonic()
+        for name, proc in self.processes.items():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+                self.stopping[name] = now + STOP_GRACE_S
 
     def metrics_urls(self, timeout: float = 60) -> dict[str, str | None]:
         """Each process's metrics address from the processes table, once all registered

@@ -11,7 +11,7 @@ import pytest
 
 from services.cli.infra_watch import InfraWatch
 from services.cli.restarts import RestartPolicy
-from services.cli.supervisor import WORKERS, Stack
+from services.cli.supervisor import STOP_GRACE_S, WORKERS, Stack
 from services.core.infra.manager import ComponentState, Endpoints, InfraState
 from services.core.settings import Settings
 
@@ -49,6 +49,9 @@ class FakeProc:
 
     def send_signal(self, sig: int) -> None:
         self.signals.append(sig)
+
+    def kill(self) -> None:
+        self.signals.append(signal.SIGKILL)
 
 
 @pytest.fixture
@@ -200,3 +203,55 @@ def test_workers_are_restarted_when_a_restarted_server_moved(
     assert stack.env["KGSTREAM_KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9001"
     for proc in stack.processes.values():
         assert cast(FakeProc, proc).signals == [signal.SIGTERM]
+
+
+def test_a_planned_restart_is_no_crash(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review of issue 18, finding 2: workers stopped with SIGTERM because the servers moved
+    counted as quick exits: the backoff grew and, after six moves, CRASH LOOP was printed."""
+    stack, started = fake_stack(monkeypatch, clock)
+    stack.ready = True
+    for port in range(9001, 9009):  # eight moves, each a second after the last
+        stack.move_to(Endpoints(OLD.database_url, f"127.0.0.1:{port}"))
+        for proc in stack.processes.values():
+            assert cast(FakeProc, proc).signals == [signal.SIGTERM]
+            cast(FakeProc, proc).returncode = -15
+        stack.check_alive()  # restarted at once, not after a backoff
+        assert all(proc.poll() is None for proc in stack.processes.values())
+        clock[0] += 1
+    assert len(started) == 9 * len(WORKERS)
+    assert all(policy.quick == 0 for policy in stack.restarts.values())
+    err = capsys.readouterr().err
+    assert "CRASH LOOP" not in err
+    assert "restarting it in" not in err
+    # A crash after the moves starts from the base backoff.
+    cast(FakeProc, stack.processes["indexer"]).returncode = 1
+    stack.check_alive()
+    assert "the indexer process exited with code 1: restarting it in 1 s" in capsys.readouterr().err
+
+
+def test_a_worker_that_ignores_sigterm_is_killed(
+    monkeypatch: pytest.MonkeyPatch, clock: list[float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack, started = fake_stack(monkeypatch, clock)
+    stack.ready = True
+    stack.move_to(Endpoints(OLD.database_url, "127.0.0.1:9001"))
+    for name in ("indexer", "communities"):  # these stop; the query API ignores SIGTERM
+        cast(FakeProc, stack.processes[name]).returncode = -15
+    stack.check_alive()
+    api = cast(FakeProc, stack.processes["query-api"])
+    clock[0] += STOP_GRACE_S - 1
+    stack.check_alive()
+    assert api.signals == [signal.SIGTERM]
+    clock[0] += 1
+    stack.check_alive()
+    assert api.signals == [signal.SIGTERM, signal.SIGKILL]
+    assert "the query-api process ignored SIGTERM for 30 s: killing it" in capsys.readouterr().err
+    clock[0] += 60
+    stack.check_alive()
+    assert api.signals == [signal.SIGTERM, signal.SIGKILL]  # killed once
+    api.returncode = -9
+    stack.check_alive()  # a planned restart still: at once, no backoff
+    assert started.count("query-api") == 2
+    assert stack.restarts["query-api"].quick == 0
