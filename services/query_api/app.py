@@ -22,6 +22,7 @@ from services.core.telemetry.models import PrometheusModelMeter
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import url_host
 from services.query_api import auth, dashboard, problems
+from services.query_api.heartbeat import Heartbeat
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
@@ -73,13 +74,17 @@ def create_app(
         await check_schema(svc.engine, settings.embedding_dim)
         await ops.start()
         probes = None
+        heartbeat = Heartbeat(settings.api_loop_stall_s)
+        ticking = asyncio.create_task(heartbeat.run(), name="kgstream-heartbeat")
         try:
             if settings.api_probe_port is not None:
-                probes = ProbeServer(readiness, settings.api_host, settings.api_probe_port)
+                port = settings.api_probe_port
+                probes = ProbeServer(readiness, heartbeat, settings.api_host, port)
                 log.info("probes also on %s", await asyncio.to_thread(probes.start))
             async with dashboard.sampling(app):
                 yield
         finally:
+            ticking.cancel()
             await ops.stop()
             await asyncio.to_thread(publisher.close)
             if probes is not None:

@@ -32,6 +32,7 @@ from tests.support.faults import (
     start_process,
     wait_until,
 )
+from tests.support.server import serve
 
 pytestmark = pytest.mark.integration
 READYZ_LIMIT_S = 2.0  # the budget is 0.8 s; the rest is margin for a loaded 2-core machine
@@ -110,3 +111,41 @@ async def test_readiness_has_a_connection_of_its_own(
         await engine.dispose()
         if hasattr(app.state, "readiness"):  # absent before issue 18
             await asyncio.to_thread(app.state.readiness.close)
+
+
+def test_a_blocked_main_loop_fails_the_probes_port(
+    settings: Settings,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    """Failed before: /healthz and /readyz on the probes port were answered from the readiness
+    thread alone, so a blocked main loop (a dead replica) stayed live and ready."""
+    url = str(settings.database_url)
+    probe_port = free_port()
+    tuned = settings.model_copy(update={"api_probe_port": probe_port, "api_loop_stall_s": 1.5})
+    engine = make_engine(url)
+    service = build_query_service(tuned, engine, embedder, extractor, cpu_pool)
+    app = create_app(tuned, Endpoints(url, str(settings.kafka_bootstrap_servers)), service)
+
+    async def block() -> dict[str, str]:
+        time.sleep(6)  # noqa: ASYNC251 - the point: a call that blocks the main loop
+        return {"status": "unblocked"}
+
+    app.add_api_route("/block", block)
+    probes = f"http://127.0.0.1:{probe_port}"
+    with serve(app) as api, ThreadPoolExecutor(1) as pool:
+        assert httpx.get(f"{probes}/healthz", timeout=5).status_code == 200
+        blocked = pool.submit(httpx.get, f"{api}/block", timeout=30)
+        seen = wait_until(
+            lambda: httpx.get(f"{probes}/healthz", timeout=5).status_code == 503, timeout=5
+        )
+        assert seen, "/healthz stayed 200 while the main loop was blocked"
+        readyz = httpx.get(f"{probes}/readyz", timeout=5)
+        assert readyz.status_code == 503
+        assert "KGSTREAM_API_LOOP_STALL_S" in readyz.json()["detail"]
+        assert blocked.result().status_code == 200
+        ok = wait_until(
+            lambda: httpx.get(f"{probes}/healthz", timeout=5).status_code == 200, timeout=5
+        )
+        assert ok, "/healthz did not recover once the loop ran again"
