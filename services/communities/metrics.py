@@ -17,6 +17,10 @@ CHANGE_RATIO = Gauge(
 CHANGE_THRESHOLD = Gauge(
     "kgstream_communities_change_threshold", "The change ratio past which a recompute runs"
 )
+WITHHELD = Gauge(
+    "kgstream_communities_withheld",
+    "Published communities withheld from every caller for a delete since the snapshot",
+)
 SNAPSHOT_ID = Gauge(
     "kgstream_communities_snapshot_id", "Id of the published community snapshot (0 = none)"
 )
@@ -85,6 +89,10 @@ class PrometheusCommunitiesObserver(PrometheusModelMeter, CommunitiesObserver):
         """Set the ratio and the threshold."""
         CHANGE_RATIO.set(ratio)
         CHANGE_THRESHOLD.set(threshold)
+
+    def withheld(self, communities: int) -> None:
+        """Set the withheld gauge."""
+        WITHHELD.set(communities)
 
     def lock_wait(self, seconds: float) -> None:
         """Observe the wait."""

@@ -22,6 +22,9 @@ class CommunitiesObserver(ModelMeter):
     def change(self, ratio: float, threshold: float) -> None:
         """The change ratio since the published snapshot, and the threshold it is held to."""
 
+    def withheld(self, communities: int) -> None:
+        """Published communities withheld from every caller for a delete since the snapshot."""
+
     def lock_wait(self, seconds: float) -> None:
         """Time spent asking for the recompute lock."""
 

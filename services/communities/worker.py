@@ -36,6 +36,7 @@ async def tick(deps: RecomputeDeps, policy: Policy) -> TickResult:
     observer = deps.observer
     state = await _state(deps)
     observer.change(state.ratio, policy.threshold)
+    observer.withheld(state.withheld)
     if decide(state, policy) is None:
         observer.check("wait")
         return TickResult("idle", state)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.core.erasure import erasure_pending
+from services.core.erasure import withheld_count
 
 REQUEST_KEY = "recompute_requested_at"
 
@@ -36,9 +36,14 @@ class ChangeState:
     since_publish_s: float | None  # age of the published snapshot
     since_last_run_s: float | None  # age of the newest snapshot row, whatever its status
     requested: bool  # a `kgstream recompute` request no snapshot has answered yet
-    # a delete since the snapshot touched a member of one of its communities, which is
-    # withheld from every caller until a new snapshot (services/core/erasure.py)
-    erased: bool = False
+    # communities of the snapshot a delete since it touched a member of: withheld from every
+    # caller until a new snapshot (services/core/erasure.py)
+    withheld: int = 0
+
+    @property
+    def erased(self) -> bool:
+        """Some community is withheld for a delete."""
+        return self.withheld > 0
 
     @property
     def ratio(self) -> float:
@@ -71,8 +76,8 @@ _STATE = text(
                 WHERE s.created_at >= req.at AND s.status IN ('published', 'retired')
             )
         ) AS requested,
-        coalesce((SELECT {erasure_pending("pub.id")} FROM pub), false) AS erased
-    """  # noqa: S608 - erasure_pending is built from constants
+        coalesce((SELECT {withheld_count("pub.id")} FROM pub), 0) AS withheld
+    """  # noqa: S608 - withheld_count is built from constants
 )
 
 
@@ -87,5 +92,5 @@ async def read_change_state(conn: AsyncConnection) -> ChangeState:
         since_publish_s=None if row.since_publish is None else float(row.since_publish),
         since_last_run_s=None if row.since_last_run is None else float(row.since_last_run),
         requested=bool(row.requested),
-        erased=bool(row.erased),
+        withheld=int(row.withheld),
     )

@@ -46,7 +46,10 @@ async def database_status(
             out: dict[str, Any] = {
                 name: int(await conn.scalar(text(sql)) or 0) for name, sql in _COUNTS.items()
             }
-            out["change_ratio"] = (await read_change_state(conn)).ratio
+            state = await read_change_state(conn)
+            out["change_ratio"] = state.ratio
+            # published communities no caller may read until the next snapshot (a delete)
+            out["withheld_communities"] = state.withheld
             out.update(
                 await activity(
                     conn,

@@ -106,6 +106,6 @@ async def apply_delete(
         ents, rels = await gw.remove_chunks(conn, list(current.values()))
         await write_document(conn, event, None, deleted=True)
         await gw.rebuild(conn, ents, rels, changes)
-        await gw.log_changes(conn, changes, event.doc_id, event.event_id)
+        await gw.log_changes(conn, changes, event.doc_id, event.event_id, erasure=True)
         await set_outcome(conn, event.event_id, "deleted")
     return "deleted"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.core.db.bulk import BulkInsert, insert_rows
+from services.core.db.bulk import BulkInsert, bind, insert_rows
 from services.core.db.engine import vector_literal
 from services.core.errors import StaleComputeError
 from services.core.extraction import Extraction
@@ -61,6 +61,13 @@ _CHANGES = BulkInsert(
         ("doc_id", "text"),
         ("event_id", "text"),
     ),
+)
+
+# A delete's node changes are also kept in erasures under their change ids, so the communities
+# withheld for it are found from the deletes alone (services/core/erasure.py).
+_LOG_ERASURE = text(
+    f"WITH c AS ({_CHANGES.statement().text} RETURNING id, kind, ref_id)"  # noqa: S608 - constants
+    " INSERT INTO erasures (change_id, entity_id) SELECT id, ref_id FROM c WHERE kind = 'node'"
 )
 
 
@@ -330,8 +337,11 @@ async def rebuild(
         changes.nodes_changed |= set(ents) - removed_nodes - changes.nodes_added
 
 
-async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, event_id: str) -> int:
-    """Append every node/edge added, removed or changed to graph_changes; return the count."""
+async def log_changes(
+    conn: AsyncConnection, changes: ChangeSet, doc_id: str, event_id: str, *, erasure: bool = False
+) -> int:
+    """Append every node/edge added, removed or changed to graph_changes; return the count.
+    ``erasure``: the event is a delete, whose node changes also go to erasures."""
     rows = [
         (kind, ref, op, doc_id, event_id)
         for kind, op, refs in (
@@ -344,7 +354,10 @@ async def log_changes(conn: AsyncConnection, changes: ChangeSet, doc_id: str, ev
         )
         for ref in sorted(refs)
     ]
-    await insert_rows(conn, _CHANGES, rows)
+    if erasure and rows:
+        await conn.execute(_LOG_ERASURE, bind(_CHANGES, rows))
+    else:
+        await insert_rows(conn, _CHANGES, rows)
     return len(rows)
 
 

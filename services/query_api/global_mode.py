@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
-from services.core.erasure import withheld_communities
+from services.core.erasure import WithheldCache, withheld_communities
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.lexical import or_query
 from services.query_api.retrieval import Retrieval
@@ -117,10 +117,11 @@ async def rank_communities(
     n: int,
     caller: Caller,
     vectors: CommunityVectors | None = None,
+    erasures: WithheldCache | None = None,
 ) -> list[CommunityHit]:
     """The n communities of the level (None: the leaves) the caller may read, closest to the
     question (ranked in memory from ``vectors`` when the caller may read them all)."""
-    withheld = await withheld_communities(conn, snapshot_id)
+    withheld = await _withheld(conn, snapshot_id, erasures)
     params = {
         "s": snapshot_id,
         "l": level,
@@ -184,6 +185,7 @@ async def global_retrieve(
     *,
     caller: Caller,
     vectors: CommunityVectors | None = None,
+    erasures: WithheldCache | None = None,
 ) -> Retrieval | None:
     """Top communities at the requested (or breadth-chosen) level and their passages; None
     when there is no published snapshot with communities."""
@@ -203,6 +205,7 @@ async def global_retrieve(
         n=n,
         caller=caller,
         vectors=vectors,
+        erasures=erasures,
     )
     ids = [h.id for h in hits]
     passages = await member_passages(conn, snapshot_id, ids, embedding, req.k, caller=caller)
@@ -222,10 +225,16 @@ async def global_retrieve(
 
 
 async def list_communities(
-    conn: AsyncConnection, snapshot_id: int, level: int | None, limit: int, *, caller: Caller
+    conn: AsyncConnection,
+    snapshot_id: int,
+    level: int | None,
+    limit: int,
+    *,
+    caller: Caller,
+    erasures: WithheldCache | None = None,
 ) -> list[CommunitySummary]:
     """Communities of the snapshot (one level, or all) the caller may read, best rated first."""
-    withheld = await withheld_communities(conn, snapshot_id)
+    withheld = await _withheld(conn, snapshot_id, erasures)
     values = {"s": snapshot_id, "l": level, "n": limit, "withheld": withheld}
     rows = (await conn.execute(*_LIST.bind(caller, values))).all()
     return [
@@ -240,3 +249,11 @@ async def list_communities(
         )
         for r in rows
     ]
+
+
+async def _withheld(
+    conn: AsyncConnection, snapshot_id: int, erasures: WithheldCache | None
+) -> list[int]:
+    if erasures is None:
+        return await withheld_communities(conn, snapshot_id)
+    return await erasures.get(conn, snapshot_id)

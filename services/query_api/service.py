@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
 from services.core.embedding import Embedder
+from services.core.erasure import WithheldCache
 from services.core.extraction import Extractor
 from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
@@ -86,6 +87,7 @@ class QueryService:
     llm: ChatModel | None = None
     stats: StatsCache = field(default_factory=StatsCache)
     community_vectors: CommunityVectors = field(default_factory=CommunityVectors)
+    withheld: WithheldCache = field(default_factory=WithheldCache)  # core/erasure.py
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
@@ -237,6 +239,7 @@ class QueryService:
                 self.config.global_communities,
                 caller=caller,
                 vectors=self.community_vectors,
+                erasures=self.withheld,
             )
             if found is not None:
                 return found

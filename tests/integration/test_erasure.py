@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.communities.app import build_deps
 from services.communities.policy import Policy
@@ -28,6 +28,7 @@ from services.communities.worker import run_now, tick
 from services.core.api_keys import create_key
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
+from services.core.erasure import WithheldCache, withheld_communities
 from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
@@ -221,3 +222,103 @@ async def test_deleted_text_leaves_every_read_for_every_caller_at_once(
     )
     assert len(listed.json()["communities"]) == result.result.snapshot.communities
     assert (await tick(recompute_deps, eager)).outcome == "idle"
+
+
+# Non-delete changes since the snapshot, as a bulk load leaves them (scaled down).
+_BULK_CHANGES = text(
+    "INSERT INTO graph_changes (kind, ref_id, op, doc_id, event_id)"
+    " SELECT 'node', e.id, 'change', 'bulk', 'bulk-' || g FROM generate_series(1, 20) AS g,"
+    " (SELECT id FROM entities ORDER BY id LIMIT 1000) AS e"
+)
+_ROWS_READ = text(
+    "SELECT relname, coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
+    " FROM pg_stat_xact_user_tables"
+    " WHERE relname IN ('graph_changes', 'processed_events', 'snapshot_entities')"
+)
+
+
+async def _withheld_reading(
+    engine: AsyncEngine, read: Callable[[AsyncConnection, int], Awaitable[list[int]]]
+) -> tuple[list[int], dict[str, int]]:
+    """``read``'s withheld set and the rows it read per table, in a transaction of its own
+    (the counters also hold the connection's earlier transactions until they are flushed, so
+    the difference is taken)."""
+    async with engine.connect() as conn, conn.begin():
+        snapshot_id = int(
+            await conn.scalar(text("SELECT id FROM snapshots WHERE status = 'published'")) or 0
+        )
+        before = {str(r[0]): int(r[1]) for r in (await conn.execute(_ROWS_READ)).all()}
+        withheld = await read(conn, snapshot_id)
+        after = {str(r[0]): int(r[1]) for r in (await conn.execute(_ROWS_READ)).all()}
+    return withheld, {t: n - before.get(t, 0) for t, n in after.items()}
+
+
+async def _status(api: Api) -> dict[str, Any]:
+    resp = await api.client.get("/v1/status", headers={"Authorization": f"Bearer {api.admin}"})
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+async def test_withheld_set_reads_the_deletes_not_every_change(
+    recompute_deps: RecomputeDeps, indexer: Worker, api: Api
+) -> None:
+    assert (await run_now(recompute_deps, "first_build")) is not None
+    engine = recompute_deps.engine
+    async with engine.begin() as conn:
+        await conn.execute(_BULK_CHANGES)
+    assert (await _status(api))["withheld_communities"] == 0
+    doc_id, _ = await _quoted_sentence(engine)
+    deleted = await api.client.delete(
+        f"/v1/documents/{doc_id}", headers={"Authorization": f"Bearer {api.admin}"}
+    )
+    assert deleted.status_code == 202, deleted.text
+    start = time.monotonic()
+    while (withheld_now := (await _status(api))["withheld_communities"]) == 0:
+        assert time.monotonic() - start < ERASURE_BOUND_S, "the delete withheld nothing"
+        await asyncio.sleep(0.2)
+
+    # The set comes from the delete's own rows: none of the 20,000 other changes since the
+    # snapshot is read, nor any processed event.
+    withheld, rows = await _withheld_reading(engine, withheld_communities)
+    assert len(withheld) == withheld_now
+    assert rows.get("graph_changes", 0) == 0, rows
+    assert rows.get("processed_events", 0) == 0, rows
+
+    # The query API's cache: the same set, and no membership read while no delete commits.
+    cache = WithheldCache()
+    assert (await _withheld_reading(engine, cache.get))[0] == withheld
+    again, rows = await _withheld_reading(engine, cache.get)
+    assert again == withheld
+    assert rows.get("snapshot_entities", 0) == 0, rows
+    # A delete that commits with an id below one already seen still changes the key.
+    async with engine.begin() as conn:
+        extra = await conn.execute(
+            text(
+                "SELECT se.entity_id, c FROM snapshot_entities se, unnest(se.community_ids) c"
+                " WHERE se.snapshot_id = (SELECT id FROM snapshots WHERE status = 'published')"
+                " AND c <> ALL(CAST(:w AS bigint[])) ORDER BY se.entity_id LIMIT 1"
+            ),
+            {"w": withheld},
+        )
+        entity_id, community_id = extra.one()
+        await conn.execute(
+            text(
+                "INSERT INTO erasures (change_id, entity_id) SELECT min(change_id) - 1, :e"
+                " FROM erasures"
+            ),
+            {"e": entity_id},
+        )
+    assert community_id in (await _withheld_reading(engine, cache.get))[0]
+
+    # The worker rebuilds for the deletes; only the changed communities' reports are written.
+    eager = Policy(threshold=0.10, min_interval_s=0, max_staleness_s=NEVER)
+    result = await tick(recompute_deps, eager)
+    assert result.result is not None
+    assert result.result.reason == "erasure"
+    snap = result.result.snapshot
+    written, reused = snap.reports_generated, snap.reports_reused
+    print(f"erasure recompute: {written} reports written, {reused} reused")  # docs/security.md
+    assert reused > 0
+    assert (await _status(api))["withheld_communities"] == 0
+    assert (await _withheld_reading(engine, cache.get))[0] == []

@@ -45,9 +45,9 @@ def test_ratio_before_the_first_snapshot_and_on_empty_ones() -> None:
         ({"changed": 101, "since_last_run_s": 10}, None),  # minimum interval
         ({"requested": True}, "requested"),
         ({"requested": True, "since_last_run_s": 5}, None),
-        ({"erased": True}, "erasure"),  # far below the threshold: a delete hit a summary
-        ({"erased": True, "since_last_run_s": 5}, None),
-        ({"erased": True, "requested": True}, "requested"),
+        ({"withheld": 3}, "erasure"),  # far below the threshold: a delete hit a summary
+        ({"withheld": 3, "since_last_run_s": 5}, None),
+        ({"withheld": 3, "requested": True}, "requested"),
         ({"changed": 1, "since_publish_s": 3600}, "staleness"),
         ({"changed": 0, "since_publish_s": 99999}, None),  # stale but unchanged
         ({"snapshot_id": None, "snapshot_size": None, "since_publish_s": None}, "first_build"),

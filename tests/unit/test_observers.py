@@ -174,6 +174,8 @@ def test_communities_observer_and_snapshot_gauges() -> None:
     observer.change(0.25, 0.1)
     assert value("kgstream_communities_change_ratio") == 0.25
     assert value("kgstream_communities_change_threshold") == 0.1
+    observer.withheld(4)
+    assert value("kgstream_communities_withheld") == 4
     before = value("kgstream_communities_recompute_seconds_count", phase="leiden")
     observer.phase("leiden", 1.5)
     assert value("kgstream_communities_recompute_seconds_count", phase="leiden") == before + 1

@@ -33,10 +33,14 @@ async def insert_rows(
     conn: AsyncConnection, insert: BulkInsert, rows: Sequence[Sequence[object]]
 ) -> None:
     """Insert ``rows`` (tuples in ``insert.columns`` order) with one statement; none is a no-op."""
-    if not rows:
-        return
+    if rows:
+        await conn.execute(insert.statement(), bind(insert, rows))
+
+
+def bind(insert: BulkInsert, rows: Sequence[Sequence[object]]) -> dict[str, list[object]]:
+    """The statement's parameters (one array per column) for ``rows``, for callers that embed
+    ``insert.statement()`` in a larger one."""
     width = len(insert.columns)
     if any(len(row) != width for row in rows):
         raise ValueError(f"{insert.table}: every row needs {width} values")
-    params = {f"c{i}": [row[i] for row in rows] for i in range(width)}
-    await conn.execute(insert.statement(), params)
+    return {f"c{i}": [row[i] for row in rows] for i in range(width)}
