@@ -155,7 +155,9 @@ async def communities(
     async with read_snapshot(svc.engine) as (conn, snapshot_id):
         found = []
         if snapshot_id is not None:
-            found = await list_communities(conn, snapshot_id, level, limit, caller=caller)
+            found = await list_communities(
+                conn, snapshot_id, level, limit, caller=caller, erasures=svc.withheld
+            )
     return CommunitiesResponse(snapshot_id=snapshot_id, level=level, communities=found)
 
 
