@@ -74,19 +74,30 @@ class SingleFlight(Generic[T]):
         return self._task.result()
 
 
+class LoopStopped(RuntimeError):
+    """Work was submitted to a BackgroundLoop after ``stop``."""
+
+
 class BackgroundLoop:
     """An event loop in a daemon thread of its own, for work that must not wait behind the
-    process's main loop (readiness under query load). Started on first use."""
+    process's main loop (readiness under query load). Started on first use; once stopped it
+    stays stopped (a late caller must not start a new thread and new connections)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._stopped = False
 
     def submit(self, work: Coroutine[Any, Any, T]) -> Future[T]:
-        """Schedule ``work`` on the background loop (thread-safe)."""
-        return asyncio.run_coroutine_threadsafe(work, self._running())
+        """Schedule ``work`` on the background loop (thread-safe); LoopStopped after stop."""
+        try:
+            loop = self._running()
+        except LoopStopped:
+            work.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(work, loop)
 
     async def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Await ``work`` run on the background loop; cancelling the caller cancels it."""
@@ -99,6 +110,7 @@ class BackgroundLoop:
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+            self._stopped = True
         if loop is None or thread is None:
             if final is not None:
                 final.close()
@@ -108,9 +120,13 @@ class BackgroundLoop:
                 asyncio.run_coroutine_threadsafe(final, loop).result(timeout_s)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout_s)
+        if not thread.is_alive():  # else a hung callback holds it: left to the daemon thread
+            loop.close()
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._stopped:
+                raise LoopStopped(f"{self._name} is stopped")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.core.db.engine import DbTimeouts, make_engine
-from services.core.deadline import BackgroundLoop, DeadlineExceeded, SingleFlight
+from services.core.deadline import BackgroundLoop, DeadlineExceeded, LoopStopped, SingleFlight
 from services.core.indexer_health import OffsetReader, health, read_progress
 from services.core.settings import Settings
 from services.query_api.snapshot import read_snapshot
@@ -54,11 +54,9 @@ class Readiness:
         self._broker_budget_s = budget / 2
         self._loop = BackgroundLoop("kgstream-readiness")
         give_up = float(settings.db_connect_timeout_s)
-        self._check = SingleFlight(
-            lambda: self._loop.run(self._read()), budget, give_up, "the database"
-        )
-        # For callers on the readiness loop itself (probe_server.py).
-        self._check_here = SingleFlight(self._read, budget, give_up, "the database")
+        # One check at a time for both ports: it lives on the readiness loop, where the API's
+        # port asks too (answer), so its pool of 1 + 1 connections is never shared by two.
+        self._check = SingleFlight(self._read, budget, give_up, "the database")
 
     @property
     def database(self) -> str:
@@ -68,19 +66,22 @@ class Readiness:
     async def answer(self) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body): 200 when the database answered within the budget, with the
         indexer's state (ok | stalled | unknown) and the published snapshot; else 503."""
-        return await self._answer(self._check)
+        try:
+            return await self._loop.run(self.answer_here())
+        except LoopStopped as exc:
+            return 503, {"status": "unavailable", "detail": str(exc)}
 
     async def answer_here(self) -> tuple[int, dict[str, Any]]:
         """``answer`` for a caller running on the readiness thread's loop (``on_loop``)."""
-        return await self._answer(self._check_here)
+        return await self._answer()
 
     def on_loop(self, work: Coroutine[Any, Any, T]) -> Future[T]:
         """Run ``work`` on the readiness thread's loop."""
         return self._loop.submit(work)
 
-    async def _answer(self, check: SingleFlight[ReadyState]) -> tuple[int, dict[str, Any]]:
+    async def _answer(self) -> tuple[int, dict[str, Any]]:
         try:
-            state = await check()
+            state = await self._check()
         except DeadlineExceeded as exc:
             return 503, {"status": "unavailable", "detail": str(exc)}
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure
@@ -100,7 +101,8 @@ class Readiness:
         }
 
     def close(self) -> None:
-        """Dispose of the connection and stop the loop (bounded: a hung server is left)."""
+        """Dispose of the connection and stop the loop for good (bounded: a hung server is
+        left); later probes answer 503 without opening anything."""
         self._loop.stop(self._engine.dispose())
         self._offsets.close()
 
