@@ -43,9 +43,17 @@ def server_dsn(database_url: str) -> str:
 
 
 def clone_database(database_url: str, template: str) -> str:
-    """A new database copied from ``template`` (which must have no open connections)."""
+    """A new database copied from ``template``. PostgreSQL copies only a database nobody is
+    connected to: a session a test left open on a session-scoped template (an app whose
+    lifespan never ran keeps its readiness connection) is ended first rather than failing
+    every later clone."""
     name = f"q_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server_dsn(database_url), autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (template,),
+        )
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     return database_url.rsplit("/", 1)[0] + "/" + name
 

@@ -48,13 +48,15 @@ async def test_both_ports_share_one_check() -> None:
 
 async def test_a_probe_after_close_starts_nothing() -> None:
     """Failed before: a probe arriving after close() started a new thread and connections."""
+    before = set(threading.enumerate())  # other tests' apps may have left theirs running
     readiness = CountingReadiness()
     assert (await readiness.answer())[0] == 200
     await asyncio.to_thread(readiness.close)
     code, body = await readiness.answer()
     assert code == 503
     assert "stopped" in body["detail"]
-    assert not [t for t in threading.enumerate() if t.name == "kgstream-readiness"]
+    started = set(threading.enumerate()) - before
+    assert not [t for t in started if t.name == "kgstream-readiness"]
 
 
 async def running_loop() -> asyncio.AbstractEventLoop:
