@@ -6,7 +6,9 @@ from typing import Any
 
 
 def table(report: dict[str, Any]) -> str:
-    """One row per mode and question type, then per number of gold documents ("2 gold")."""
+    """One row per mode and question type, then per hop count ("3 hops"; per number of gold
+    documents, "2 gold", only where that groups the questions otherwise), then the rank of each
+    hop's gold document per hop count when the questions have a hop decomposition."""
     k = report["k"]
     head = (
         f"{'mode':<8} {'type':<11} {'R@2':>6} {'R@5':>6} {'R@' + str(k):>6} {'all@' + str(k):>7}"
@@ -18,8 +20,11 @@ def table(report: dict[str, Any]) -> str:
         if "unavailable" in rep:
             lines.append(f"{mode:<8} unavailable: {rep['unavailable']}")
             continue
+        hops = [(f"{h} hops", m) for h, m in rep.get("by_hops", {}).items()]
         gold = [(f"{g} gold", m) for g, m in rep.get("by_gold", {}).items()]
-        rows = [("overall", rep["overall"]), *rep["by_type"].items(), *gold]
+        if rep.get("by_gold") == rep.get("by_hops"):  # the same groups (every corpus so far): once
+            gold = []
+        rows = [("overall", rep["overall"]), *rep["by_type"].items(), *hops, *gold]
         for kind, m in rows:
             lines.append(
                 f"{mode:<8} {kind:<11} {m['recall_at_2']:>6.3f} {m['recall_at_5']:>6.3f}"
@@ -28,6 +33,7 @@ def table(report: dict[str, Any]) -> str:
                 f" {m['answer_em']:>6.3f} {m['answer_f1']:>6.3f} {m['answer_contains']:>6.3f}"
                 f" {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['n']:>4}"
             )
+    lines += hop_rank_lines(report)
     for mode, rep in report["modes"].items():
         cost = rep.get("overall", {})
         if cost.get("llm_calls"):
@@ -40,3 +46,26 @@ def table(report: dict[str, Any]) -> str:
         " EM / F1: SQuAD-normalised exact match and token F1; has: answer contains it"
     )
     return "\n".join(lines)
+
+
+def hop_rank_lines(report: dict[str, Any]) -> list[str]:
+    """Per mode and hop count, each hop's gold document: share in the first k, share in the
+    first 5, mean rank ("2 hops  hop1 .92/.85/2.1  hop2 .70/.55/5.3"); none without hops."""
+    k = report["k"]
+    lines = []
+    for mode, rep in report["modes"].items():
+        for h, per_hop in rep.get("hop_ranks", {}).items():
+            cells = "  ".join(
+                f"hop{c['hop']} {share(c['in_k'])}/{share(c['in_5'])}/{c['mean_rank']:.1f}"
+                for c in per_hop
+            )
+            lines.append(f"{mode:<8} {h + ' hops':<8} {cells}")
+    if lines:
+        head = f"hop ranks (in top {k} / top {min(5, k)} / mean rank, {k + 1} when absent)"
+        lines.insert(0, head)
+    return lines
+
+
+def share(x: float) -> str:
+    """A share in [0, 1] as .92 (1.00 stays whole)."""
+    return f"{x:.2f}".removeprefix("0")

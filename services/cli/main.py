@@ -343,9 +343,11 @@ def eval_cmd(
     handler — no broker is needed — then ask every question in every mode. Reports recall@2,
     @5 and @k, all-gold@k, MRR and the last gold document's mean rank by doc_id; answer exact
     match, token F1 and containment against the reference answer and its aliases; latency
-    p50/p99 and n: overall, per question type and per number of gold documents. Global mode
-    needs a published community snapshot: it is reported unavailable when the community
-    engine cannot build one."""
+    p50/p99 and n: overall, per question type and per hop count (metadata.num_hops, else the
+    number of gold documents). For questions with a hop decomposition (MuSiQue), each hop's
+    gold passage per hop count: share in the top k and top 5 and mean rank, so one sees which
+    hop is lost. Global mode needs a published community snapshot: it is reported unavailable
+    when the community engine cannot build one."""
     from services.cli.evaluate import table
     from services.eval.runner import MODES, EvalConfig, EvalInputError, evaluate
 

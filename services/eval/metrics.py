@@ -1,8 +1,8 @@
 """Retrieval and answer metrics (pure): recall@2/@5/@k, all-gold@k, MRR and the last gold
-document's rank by doc_id, answer exact match / token F1 / containment
-(services/eval/answer_scores.py), latency percentiles, and the per-mode summary the eval
-command prints: overall, by question type, by number of gold documents (the hop count of a
-multi-hop question)."""
+document's rank by doc_id, each hop's gold document's rank (when the question has a hop
+decomposition), answer exact match / token F1 / containment (services/eval/answer_scores.py),
+latency percentiles, and the per-mode summary the eval command prints: overall, by question
+type, by number of gold documents, by hop count, and per hop of each hop count."""
 
 from __future__ import annotations
 
@@ -28,6 +28,13 @@ class QuestionResult:
     references: tuple[str, ...] = ()  # the reference answer and its aliases
     llm_calls: int = 0  # chat completions the query made (routing, follow-ups, answer)
     llm_tokens: int = 0  # their prompt + completion tokens
+    hop_gold: tuple[str, ...] = ()  # each hop's gold doc_id in hop order (last: the answer's)
+    num_hops: int = 0  # the question's hop count when it states one
+
+    @property
+    def hops(self) -> int:
+        """The hop count: the stated one, else the number of gold documents."""
+        return self.num_hops or len(self.gold)
 
 
 def dedupe(doc_ids: Iterable[str]) -> list[str]:
@@ -52,6 +59,38 @@ def last_gold_rank(ranked: Sequence[str], gold: frozenset[str], k: int) -> float
     if not gold or not gold <= set(where):
         return float(k + 1)
     return float(max(where[g] for g in gold))
+
+
+def hop_ranks(ranked: Sequence[str], hop_gold: Sequence[str], k: int) -> list[int | None]:
+    """Rank of each hop's gold document among the first k, in hop order (None when absent)."""
+    where = {doc: rank for rank, doc in enumerate(ranked[:k], start=1)}
+    return [where.get(doc) for doc in hop_gold]
+
+
+def hop_rank_summary(results: Sequence[QuestionResult], k: int) -> dict[str, list[dict[str, Any]]]:
+    """{hop count: [{"hop", "in_k", "in_5", "mean_rank", "n"} per hop in order]} over the
+    questions with a hop decomposition: the share whose hop-i gold document is in the first k
+    and the first 5, and its mean rank (k + 1 when absent). Which hop is lost, not only that one
+    is; questions without a decomposition (HotpotQA) have no hop order and are left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for h in sorted({len(r.hop_gold) for r in results if r.hop_gold}):
+        group = [
+            hop_ranks(r.ranked_doc_ids, r.hop_gold, k) for r in results if len(r.hop_gold) == h
+        ]
+        n = len(group)
+        out[str(h)] = []
+        for i in range(h):
+            at = [ranks[i] or k + 1 for ranks in group]  # ranks start at 1: None -> k + 1
+            out[str(h)].append(
+                {
+                    "hop": i + 1,
+                    "in_k": round(sum(rank <= k for rank in at) / n, 4),
+                    "in_5": round(sum(rank <= min(5, k) for rank in at) / n, 4),
+                    "mean_rank": round(sum(at) / n, 4),
+                    "n": n,
+                }
+            )
+    return out
 
 
 def reciprocal_rank(ranked: Sequence[str], gold: frozenset[str]) -> float:
@@ -113,6 +152,9 @@ def question_row(r: QuestionResult, k: int) -> dict[str, Any]:
         "mode_used": r.mode_used,
         "ranked_doc_ids": r.ranked_doc_ids,
         "gold_doc_ids": sorted(r.gold),
+        "hops": r.hops,
+        "hop_gold_doc_ids": list(r.hop_gold),
+        "hop_ranks": hop_ranks(r.ranked_doc_ids, r.hop_gold, k),
         "all_gold": all_gold_at(r.ranked_doc_ids, r.gold, k),
         "recall": recall_at(r.ranked_doc_ids, r.gold, k),
         "answer": r.answer,
@@ -128,11 +170,15 @@ def question_row(r: QuestionResult, k: int) -> dict[str, Any]:
 
 def mode_report(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
     """{"overall": summary, "by_type": {question_type: summary}, "by_gold": {number of gold
-    documents: summary}} for one mode."""
+    documents: summary}, "by_hops": {hop count: summary}, "hop_ranks": hop_rank_summary} for
+    one mode."""
     types = sorted({r.question_type for r in results})
     golds = sorted({len(r.gold) for r in results})
+    hops = sorted({r.hops for r in results})
     return {
         "overall": summarise(results, k),
         "by_type": {t: summarise([r for r in results if r.question_type == t], k) for t in types},
         "by_gold": {str(g): summarise([r for r in results if len(r.gold) == g], k) for g in golds},
+        "by_hops": {str(h): summarise([r for r in results if r.hops == h], k) for h in hops},
+        "hop_ranks": hop_rank_summary(results, k),
     }

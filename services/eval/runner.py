@@ -68,7 +68,7 @@ class EvalOutcome:
 
     def to_json(self) -> dict[str, Any]:
         """The documented `--json` shape: {"k", "modes": {mode: {"overall", "by_type",
-        "by_gold"}}}."""
+        "by_gold", "by_hops", "hop_ranks"}}}."""
         return {"k": self.k, "modes": self.modes}
 
     def details(self) -> Iterator[dict[str, Any]]:
@@ -201,6 +201,14 @@ async def ingest(
     return counts
 
 
+def hop_gold_ids(question: dict[str, Any]) -> tuple[str, ...]:
+    """Each hop's gold doc_id in hop order from ``metadata.decomposition`` (MuSiQue); empty
+    when the question has none or a hop names no gold document (no order is guessed)."""
+    steps = (question.get("metadata") or {}).get("decomposition") or []
+    ids = tuple(str(s.get("gold_doc_id") or "") for s in steps if isinstance(s, dict))
+    return ids if len(ids) == len(steps) and all(ids) else ()
+
+
 async def _no_dead_letter_topic(key: bytes | None, value: bytes) -> None:
     """Eval runs without a broker: dead letters stay in the dead_letters table."""
 
@@ -238,6 +246,8 @@ async def run_questions(
                 references=references(q),
                 llm_calls=resp.tokens.get("calls", 0),
                 llm_tokens=resp.tokens.get("prompt", 0) + resp.tokens.get("completion", 0),
+                hop_gold=hop_gold_ids(q),
+                num_hops=int((q.get("metadata") or {}).get("num_hops") or 0),
             )
         )
     return results

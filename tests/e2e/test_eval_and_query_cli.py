@@ -50,9 +50,11 @@ def test_eval_on_the_sample(tmp_path: Path) -> None:
     assert report["k"] == 10
     assert list(report["modes"]) == ["vector", "local", "global", "auto"]
     for mode, rep in report["modes"].items():
-        assert set(rep) == {"overall", "by_type", "by_gold"}, mode
+        assert set(rep) == {"overall", "by_type", "by_gold", "by_hops", "hop_ranks"}, mode
         assert set(rep["by_type"]) == {"bridge", "comparison"}
         assert set(rep["by_gold"]) == {"2"}
+        assert rep["by_hops"] == rep["by_gold"]  # HotpotQA: 2 hops, 2 gold documents
+        assert rep["hop_ranks"] == {}  # no hop decomposition, so no hop order
         for summary in [rep["overall"], *rep["by_type"].values(), *rep["by_gold"].values()]:
             assert set(summary) == METRICS
             assert 0 <= summary["recall_at_2"] <= summary["recall_at_5"] <= summary["recall"] <= 1
@@ -87,6 +89,8 @@ def test_eval_keep_reuses_the_ingest(tmp_path: Path, keep: Path) -> None:
     assert "ingest reused" in again.stdout
     assert "ingest:" not in again.stdout  # nothing was ingested the second time
     table = again.stdout
+    assert "local    2 hops" in table
+    assert "2 gold" not in table  # the same group as "2 hops": printed once
     for mode, rep in json.loads(first.stdout)["modes"].items():  # same database, same ranking
         row = next(line for line in table.splitlines() if line.startswith(f"{mode:<8} overall"))
         assert f"{rep['overall']['all_gold']:.3f}" in row

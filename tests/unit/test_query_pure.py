@@ -79,7 +79,7 @@ def test_mode_report_shape() -> None:
         ),
     ]
     report = mode_report(results, k=10)
-    assert set(report) == {"overall", "by_type", "by_gold"}
+    assert set(report) == {"overall", "by_type", "by_gold", "by_hops", "hop_ranks"}
     assert set(report["overall"]) == {
         "recall",
         "all_gold",
