@@ -82,6 +82,7 @@ class LLMReportWriter:
 
     max_entities = 60
     max_relations = 60
+    passages = 0  # the model reads the facts; the extractive themes are not computed for it
 
     def __init__(
         self,

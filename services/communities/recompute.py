@@ -138,7 +138,7 @@ async def _build(deps: RecomputeDeps, snapshot_id: int, clock: _Clock) -> snapsh
                 deps.writer.max_entities,
                 deps.writer.max_relations,
             )
-            facts = await load_facts(conn, structure, plan)
+            facts = await load_facts(conn, structure, plan, deps.writer.passages)
     written: dict[tuple[int, int], Written] = {}
     if deps.writer is not None and plan is not None and facts is not None:
         kept = {

@@ -1,6 +1,7 @@
 """Community reports: what a report writer is given, what it returns, and the offline
-extractive writer (title from the top entities by PageRank; summary from the key relationships
-and representative sentences of the members' descriptions)."""
+extractive writer (title from the keyphrases of the community's passages, services/communities/
+keyphrases.py; summary opening with those themes, then the top entities by PageRank, the key
+relationships and representative sentences of the members' descriptions)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from services.communities.keyphrases import TITLE_PHRASES, theme_title
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -55,6 +58,7 @@ class ReportInput:
     entities: Sequence[EntityFact]
     relations: Sequence[RelationFact]
     children: Sequence[ChildSummary] = ()
+    keyphrases: Sequence[str] = ()  # what its passages are about, heaviest first
 
 
 @dataclass(frozen=True)
@@ -91,11 +95,13 @@ class Report:
 
 class ReportWriter(Protocol):
     """Writes reports; synchronous (callers run it in a thread). ``name`` is stored with each
-    report, and a report is reused only by the writer that wrote it."""
+    report, and a report is reused only by the writer that wrote it. ``passages``: how many
+    passages per community its ``keyphrases`` are read from (0: none are read)."""
 
     name: str
     max_entities: int
     max_relations: int
+    passages: int
 
     def write(self, inputs: Sequence[ReportInput]) -> list[Report]:
         """One report per input, in order."""
@@ -105,9 +111,12 @@ class ReportWriter(Protocol):
 class ExtractiveWriter:
     """Offline reports from the facts themselves; no model, no network."""
 
-    name = "extractive"
+    # The version is part of the name so that reports of an earlier rule are rewritten once,
+    # not reused (reuse needs the same fingerprint and the same writer).
+    name = "extractive-themes"
     max_entities = 12
     max_relations = 8
+    passages = 8  # per community: enough for its themes, a fixed cost per written report
 
     def write(self, inputs: Sequence[ReportInput]) -> list[Report]:
         """One report per input, in order."""
@@ -115,14 +124,18 @@ class ExtractiveWriter:
 
 
 def extractive_report(item: ReportInput) -> Report:
-    """Title: the top entities by PageRank; summary: key relationships plus representative
-    sentences; findings: one per key relationship and top entity; rating: 1-10 by the
-    community's internal weight relative to the heaviest community of its level."""
+    """Title: the first keyphrases (else the top entities by PageRank); summary: the themes,
+    then the top entities, key relationships and representative sentences; findings: one per
+    key relationship and top entity; rating: 1-10 by the community's internal weight relative
+    to the heaviest community of its level."""
     names = [e.name for e in item.entities[:3]]
-    title = _join(names) if names else f"Community {item.community_id}"
+    title = theme_title(item.keyphrases[:TITLE_PHRASES]) or (
+        _join(names) if names else f"Community {item.community_id}"
+    )
     key_relations = [_relation_text(r) for r in item.relations[:3]]
     sentences = _representative_sentences(item.entities, 3)
-    parts = [f"{item.size} entities" + (f" around {_join(names)}." if names else ".")]
+    parts = [f"Themes: {', '.join(item.keyphrases)}."] if item.keyphrases else []
+    parts.append(f"{item.size} entities" + (f" around {_join(names)}." if names else "."))
     if key_relations:
         parts.append("Key relationships: " + "; ".join(key_relations) + ".")
     if item.children:

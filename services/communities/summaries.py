@@ -1,17 +1,21 @@
-"""Writing the planned reports: the facts are read in the recompute's database snapshot, then
-levels are written deepest first so a parent can be written from its children's reports
-(new ones, or the reused reports of unchanged children), and each new summary is embedded."""
+"""Writing the planned reports: the facts (and the passages the themes are read from) are read
+in the recompute's database snapshot, then levels are written deepest first so a parent can be
+written from its children's reports (new ones, or the reused reports of unchanged children),
+and each new summary is embedded."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.communities.keyphrases import Corpus, keyphrases, terms
+from services.communities.passages import NO_PASSAGES, Passages, load_passages
 from services.communities.report_plan import ReportPlan
 from services.communities.reports import (
     ChildSummary,
@@ -32,6 +36,7 @@ class Facts:
 
     entities: dict[int, tuple[str, str, str]]  # entity id -> name, type, description
     relations: dict[int, tuple[str, str]]  # relationship id -> type, description
+    passages: Passages = field(default=NO_PASSAGES)  # for the writer's themes
 
 
 @dataclass(frozen=True)
@@ -42,8 +47,14 @@ class Written:
     embedding: list[float] | None
 
 
-async def load_facts(conn: AsyncConnection, structure: Structure, plan: ReportPlan) -> Facts:
-    """Read the texts in ``conn``'s snapshot (the one the structure was computed from)."""
+KEYPHRASES = 5  # per report: the title names the first few, the summary opens with all
+
+
+async def load_facts(
+    conn: AsyncConnection, structure: Structure, plan: ReportPlan, passages: int = 0
+) -> Facts:
+    """Read the texts in ``conn``'s snapshot (the one the structure was computed from), and up
+    to ``passages`` passages per written community."""
     graph = structure.graph
     entity_ids = graph.node_ids[plan.entity_nodes()].tolist()
     rel_rows = plan.relationship_rows()
@@ -63,7 +74,7 @@ async def load_facts(conn: AsyncConnection, structure: Structure, plan: ReportPl
             {"ids": graph.rel_ids[rel_rows].tolist()},
         )
         relations = {r.id: (r.type, r.description) for r in rows}
-    return Facts(entities, relations)
+    return Facts(entities, relations, await load_passages(conn, structure, plan, passages))
 
 
 async def write_reports(
@@ -79,11 +90,15 @@ async def write_reports(
     """New reports by (level, label). ``reused`` maps fingerprints of reports kept from the
     published snapshot to their (title, summary), for parents written from children."""
     written: dict[tuple[int, int], Written] = {}
+    counted: dict[int, Counter[str]] = {}  # chunk id -> its terms, shared by the levels
     for number in reversed(range(len(structure.levels))):
         labels = plan.levels[number].generate
         if not labels:
             continue
         kids = _children_index(structure, number)
+        themes = await asyncio.to_thread(
+            level_themes, facts.passages, number, labels, len(structure.levels[number].ids), counted
+        )
         inputs = [
             _input(
                 structure,
@@ -91,6 +106,7 @@ async def write_reports(
                 facts,
                 (number, label),
                 _children(structure, written, reused, number + 1, kids.get(label, [])),
+                themes=themes.get(label, []),
             )
             for label in labels
         ]
@@ -104,6 +120,39 @@ async def write_reports(
         for label, report, vector in zip(labels, reports, vectors, strict=True):
             written[(number, label)] = Written(report, vector)
     return written
+
+
+def level_themes(
+    passages: Passages,
+    number: int,
+    labels: Sequence[int],
+    communities: int,
+    counted: dict[int, Counter[str]],
+) -> dict[int, list[str]]:
+    """Keyphrases of the written communities of level ``number`` (label -> phrases), weighed
+    against the corpus sample plus these communities' passages for a level of ``communities``
+    communities. ``counted`` memoises each passage's terms across levels."""
+
+    def of(chunk_id: int) -> Counter[str]:
+        if chunk_id not in counted:
+            counted[chunk_id] = terms(passages.texts[chunk_id])
+        return counted[chunk_id]
+
+    own = {
+        label: [c for c in passages.by_community.get((number, label), []) if c in passages.texts]
+        for label in labels
+    }
+    if not any(own.values()):
+        return {}
+    pool = sorted(set(passages.sample) | {c for ids in own.values() for c in ids})
+    corpus = Corpus.of_counts([of(c) for c in pool], communities)
+    themes: dict[int, list[str]] = {}
+    for label, ids in own.items():
+        counts: Counter[str] = Counter()
+        for chunk_id in ids:
+            counts.update(of(chunk_id))
+        themes[label] = keyphrases(counts, corpus, KEYPHRASES)
+    return themes
 
 
 def _meter_reports(writer: ReportWriter, meter: ModelMeter, reports: Sequence[Report]) -> None:
@@ -126,6 +175,8 @@ def _input(
     facts: Facts,
     community: tuple[int, int],
     children: list[ChildSummary],
+    *,
+    themes: Sequence[str] = (),
 ) -> ReportInput:
     number, label = community
     graph, level, level_plan = structure.graph, structure.levels[number], plan.levels[number]
@@ -150,6 +201,7 @@ def _input(
         entities=entities,
         relations=relations,
         children=children,
+        keyphrases=tuple(themes),
     )
 
 

@@ -18,6 +18,7 @@ from kafka import KafkaConsumer
 from sqlalchemy import text
 
 from services.communities.app import build_writer, leiden_config
+from services.communities.keyphrases import TITLE_PHRASES, theme_title
 from services.communities.lock import libpq_url, recompute_lock
 from services.communities.policy import Policy
 from services.communities.recompute import RecomputeDeps
@@ -284,6 +285,43 @@ async def test_small_change_regenerates_only_changed_reports(
         deps, "SELECT sum(prompt_tokens) FROM token_usage WHERE purpose = 'community_reports'"
     )
     assert used > 0
+
+
+async def test_offline_reports_are_titled_by_their_themes_and_rewritten_once(
+    community_deps: RecomputeDeps,
+) -> None:
+    deps = community_deps
+    first = await run_now(deps)
+    assert first is not None
+    async with deps.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text("SELECT title, summary FROM communities WHERE snapshot_id = :s"),
+                {"s": first.snapshot.id},
+            )
+        ).all()
+    assert len(rows) == first.snapshot.communities
+    for title, summary in rows:
+        # What the passages are about opens the summary; the title names the first themes.
+        assert summary.startswith("Themes: "), summary
+        themes = summary.removeprefix("Themes: ").split(". ", 1)[0].split(", ")
+        assert title == theme_title(themes[:TITLE_PHRASES])
+        assert title[1:] == title[1:].lower(), "no names in a theme title"
+    # Reports written by the earlier offline rule are rewritten once, then reused again.
+    async with deps.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE communities SET report = jsonb_set(report, '{writer}', '\"extractive\"')"
+                " WHERE snapshot_id = :s"
+            ),
+            {"s": first.snapshot.id},
+        )
+    upgraded = await run_now(deps)
+    assert upgraded is not None
+    assert upgraded.snapshot.reports_generated == upgraded.snapshot.communities
+    again = await run_now(deps)
+    assert again is not None
+    assert again.snapshot.reports_reused == again.snapshot.communities
 
 
 async def test_readers_see_one_whole_snapshot_while_publishing(

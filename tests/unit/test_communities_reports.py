@@ -17,6 +17,7 @@ from services.communities.report_plan import plan_reports
 from services.communities.reports import (
     ChildSummary,
     EntityFact,
+    ExtractiveWriter,
     RelationFact,
     ReportInput,
     extractive_report,
@@ -49,7 +50,18 @@ def test_extractive_report_is_built_from_the_top_facts() -> None:
     assert "Marie Curie was a physicist." in report.summary
     assert report.findings[0].summary == "Marie Curie work in Paris"
     assert 1.0 <= report.rating <= 10.0
-    assert report.as_json()["writer"] == "extractive"
+    assert report.as_json()["writer"] == "extractive-themes"
+
+
+def test_extractive_report_is_titled_by_its_themes() -> None:
+    themes = ("radioactivity", "physicist", "nobel prize", "husband", "laboratory")
+    report = extractive_report(ReportInput(**{**ITEM.__dict__, "keyphrases": themes}))
+    assert report.title == "Radioactivity, physicist and nobel prize"
+    assert report.summary.startswith(
+        "Themes: radioactivity, physicist, nobel prize, husband, laboratory. 4 entities around "
+        "Marie Curie, Paris and Pierre Curie."
+    )
+    assert "Marie Curie was a physicist." in report.summary  # the facts stay
 
 
 def test_rating_scale() -> None:
@@ -108,7 +120,7 @@ def test_malformed_llm_output_falls_back_to_extractive() -> None:
     llm, completions = writer(["not json", '{"title": ""}'])
     [report] = llm.write([ITEM])
     assert len(completions.calls) == 2  # retried once, then gave up
-    assert report.writer == "extractive"  # so the next recompute asks the LLM again
+    assert report.writer == ExtractiveWriter.name  # so the next recompute asks the LLM again
     assert report.usage == (20, 10)
 
 
