@@ -63,14 +63,26 @@ def extractive_answer(question: str, contexts: Sequence[Context], top: int = 3) 
     return f"{best[1]} [{best[2]}]"
 
 
+GLOBAL_THEMES = 5  # communities whose titles (their themes) the offline global answer lists
+GLOBAL_SUMMARIES = 3  # of which the first few have their summaries quoted as support
+
+
 def extractive_global_answer(communities: Sequence[CommunityHit]) -> str:
-    """Offline global answer: the top communities' summaries, each with its id."""
-    lines = [
+    """Offline global answer: the themes (titles) of the top communities, numbered, each with
+    its id, then the first ones' summaries as support."""
+    shown = [c for c in communities if c.summary.strip()]
+    if not shown:
+        return NO_ANSWER
+    themes = "; ".join(
+        f"{n}) {c.title or 'Community'} [community {c.id}]"
+        for n, c in enumerate(shown[:GLOBAL_THEMES], 1)
+    )
+    lines = [f"The documents are mainly about: {themes}."]
+    lines += [
         f"{c.title or 'Community'}: {c.summary.strip()} [community {c.id}]"
-        for c in communities[:3]
-        if c.summary.strip()
+        for c in shown[:GLOBAL_SUMMARIES]
     ]
-    return "\n".join(lines) if lines else NO_ANSWER
+    return "\n".join(lines)
 
 
 def sources_prompt(question: str, contexts: Sequence[Context]) -> str:

@@ -99,7 +99,10 @@ async def test_global_ranks_communities_by_breadth(api: httpx.AsyncClient) -> No
     assert data["communities"][0]["title"] == "Airports in the United States"
     assert data["communities"][0]["level"] == 0
     assert "Airport" in data["contexts"][0]["title"]
-    assert data["answer"].startswith("Airports in the United States:")
+    assert data["answer"].startswith(
+        "The documents are mainly about: 1) Airports in the United States [community "
+    )
+    assert "\nAirports in the United States: " in data["answer"]  # its summary supports it
     leaf = await ask(api, question="Which airport is county-owned?", mode="global", k=3)
     assert {c["level"] for c in leaf["communities"]} == {0, 1}  # leaves: 2 (level 0) and 3
     assert leaf["communities"][0]["id"] == 3
