@@ -1,9 +1,9 @@
 """What a community's passages are about: keyphrases weighted against the rest of the corpus,
 class-based TF-IDF as in BERTopic's c-TF-IDF (docs/retrieval.md, "Global answers offline").
 
-A term is a phrase of one to three content words: n-grams inside a run of words that no stop
-word, number, capitalised word, adverb (-ly) or punctuation mark breaks, that neither starts
-nor ends with a verb form (-ed, -ing): noun phrases, guessed without a tagger. Capitalised
+A term is a phrase of one to three content words ending a run of words that no stop word,
+number, capitalised word, adverb (-ly) or punctuation mark breaks, and that neither starts nor
+ends with a verb form (-ed, -ing): the tails of noun phrases, guessed without a tagger. Capitalised
 words are left out on purpose: they are the names the old titles listed; themes are what the
 passages say about them ("science fiction novel", "publisher"). The weight of term t for
 community c is
@@ -35,7 +35,7 @@ SPECIFIC_SHARE = 0.5
 _MORE_STOPS = (
     "'s ’s known born including starring featuring located called named released founded "
     "served played appeared became following according based used later like written took won "
-    "led held wrote began etc"
+    "led held wrote began ran etc amid despite"
 )
 # -ly words that are nouns, not adverbs.
 _LY_NOUNS = frozenset(
@@ -63,10 +63,12 @@ def terms(text: str) -> Counter[str]:
             if _content(word, stops):
                 run.append(word.lower())
                 continue
-            for end in range(1, len(run) + 1):
-                for start in range(max(0, end - MAX_WORDS), end):
-                    if not (_verb_form(run[start]) or _verb_form(run[end - 1])):
-                        counts[" ".join(run[start:end])] += 1
+            # English noun phrases end in their noun: only a run's tails are phrases, so a
+            # modifier ("experimental" in "experimental film") is never a theme on its own.
+            if run and not _verb_form(run[-1]):
+                for start in range(max(0, len(run) - MAX_WORDS), len(run)):
+                    if not _verb_form(run[start]):
+                        counts[" ".join(run[start:])] += 1
             run = []
     return counts
 

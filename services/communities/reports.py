@@ -111,9 +111,11 @@ class ReportWriter(Protocol):
 class ExtractiveWriter:
     """Offline reports from the facts themselves; no model, no network."""
 
-    # The version is part of the name so that reports of an earlier rule are rewritten once,
-    # not reused (reuse needs the same fingerprint and the same writer).
-    name = "extractive-themes"
+    # The rule's version is part of the name, so reports of an earlier rule are rewritten once,
+    # not reused (reuse needs the same fingerprint and the same writer): raise it whenever
+    # what this writer writes from the same facts changes. Earlier: "extractive" (titles of
+    # entity names), "extractive-themes" (keyphrases from every n-gram, not noun-phrase tails).
+    name = "extractive:3"
     max_entities = 12
     max_relations = 8
     passages = 8  # per community: enough for its themes, a fixed cost per written report
@@ -139,7 +141,8 @@ def extractive_report(item: ReportInput) -> Report:
     if key_relations:
         parts.append("Key relationships: " + "; ".join(key_relations) + ".")
     if item.children:
-        parts.append("Sub-communities: " + "; ".join(c.title for c in item.children[:4]) + ".")
+        titles = list(dict.fromkeys(c.title for c in item.children[:4]))  # siblings may share
+        parts.append("Sub-communities: " + "; ".join(titles) + ".")
     parts.extend(sentences)
     findings = [
         Finding(summary=_relation_text(r), explanation=_first_sentences(r.description, 2))

@@ -63,19 +63,24 @@ def extractive_answer(question: str, contexts: Sequence[Context], top: int = 3) 
     return f"{best[1]} [{best[2]}]"
 
 
-GLOBAL_THEMES = 5  # communities whose titles (their themes) the offline global answer lists
+GLOBAL_THEMES = 5  # titles of the top communities (their themes) the offline global answer lists
 GLOBAL_SUMMARIES = 3  # of which the first few have their summaries quoted as support
 
 
 def extractive_global_answer(communities: Sequence[CommunityHit]) -> str:
     """Offline global answer: the themes (titles) of the top communities, numbered, each with
-    its id, then the first ones' summaries as support."""
+    the ids of the communities that have it, then the first ones' summaries as support."""
     shown = [c for c in communities if c.summary.strip()]
     if not shown:
         return NO_ANSWER
+    # Communities read from the same passages can share a title: one theme, all their ids.
+    by_title: dict[str, list[int]] = {}
+    for c in shown:
+        by_title.setdefault(c.title or "Community", []).append(c.id)
     themes = "; ".join(
-        f"{n}) {c.title or 'Community'} [community {c.id}]"
-        for n, c in enumerate(shown[:GLOBAL_THEMES], 1)
+        f"{n}) {title} [{'community' if len(ids) == 1 else 'communities'} "
+        f"{', '.join(map(str, ids))}]"
+        for n, (title, ids) in enumerate(list(by_title.items())[:GLOBAL_THEMES], 1)
     )
     lines = [f"The documents are mainly about: {themes}."]
     lines += [

@@ -50,7 +50,7 @@ def test_extractive_report_is_built_from_the_top_facts() -> None:
     assert "Marie Curie was a physicist." in report.summary
     assert report.findings[0].summary == "Marie Curie work in Paris"
     assert 1.0 <= report.rating <= 10.0
-    assert report.as_json()["writer"] == "extractive-themes"
+    assert report.as_json()["writer"] == ExtractiveWriter.name == "extractive:3"
 
 
 def test_extractive_report_is_titled_by_its_themes() -> None:

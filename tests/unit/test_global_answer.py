@@ -20,12 +20,13 @@ def test_global_answer_lists_the_themes_then_the_supporting_summaries() -> None:
         hit(3, "Empty", "  "),  # nothing to support it: left out
         hit(4, "Federal election and senator", "Themes: federal election."),
         hit(5, "Guitar and country singles chart", "Themes: guitar."),
+        hit(6, "Opera and soprano", "Themes: opera. Read from the same passages as 2."),
     ]
     lines = extractive_global_answer(hits).splitlines()
     assert lines[0] == (
         "The documents are mainly about: 1) Science fiction, book award and publisher "
-        "[community 1]; 2) Opera and soprano [community 2]; 3) Federal election and senator "
-        "[community 4]; 4) Guitar and country singles chart [community 5]."
+        "[community 1]; 2) Opera and soprano [communities 2, 6]; 3) Federal election and "
+        "senator [community 4]; 4) Guitar and country singles chart [community 5]."
     )
     assert lines[1:] == [
         "Science fiction, book award and publisher: Themes: science fiction. Facts. [community 1]",
