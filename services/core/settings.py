@@ -343,6 +343,15 @@ class Settings(BaseSettings):
         description="Local mode re-seeds a second PPR walk from the entities of this many top "
         "fused passages that the question does not name (0: one walk). docs/retrieval.md.",
     )
+    query_local_chain_width: int = Field(
+        default=5,
+        ge=0,
+        le=20,
+        description="Local mode follows chains of passages from this many top fused passages, "
+        "one bridge entity per step, while each step adds a question term, and interleaves "
+        "their later passages with the fused ranking (later hops of multi-hop questions; "
+        "0: off). docs/retrieval.md.",
+    )
     query_local_followups: int = Field(
         default=0,
         ge=0,

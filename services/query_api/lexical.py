@@ -51,6 +51,18 @@ _SCORE = Filtered.of(
     _CANDIDATES + _BM25,
     _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _BM25,
 )
+# The same score for given chunks only (passages a chain reached through a bridge entity).
+_AMONG = " AND c.id = ANY(:ids)"
+_SCORE_AMONG = Filtered.of(
+    _CANDIDATES + _AMONG + _BM25,
+    _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _AMONG + _BM25,
+)
+# Which of the question's lexemes each chunk contains (a chain step must add one: see chains.py).
+_SHARED_TERMS = text(
+    "SELECT c.id, ARRAY(SELECT unnest(tsvector_to_array(c.tsv)) INTERSECT"
+    " SELECT unnest(tsvector_to_array(to_tsvector('english', :q)))) FROM chunks c"
+    " WHERE c.id = ANY(:ids)"
+)
 
 
 @dataclass
@@ -119,10 +131,17 @@ def useful_terms(dfs: Mapping[str, int], n: int) -> dict[str, float]:
 
 
 async def bm25_search(
-    conn: AsyncConnection, question: str, k: int, stats: CorpusStats, *, caller: Caller
+    conn: AsyncConnection,
+    question: str,
+    k: int,
+    stats: CorpusStats,
+    *,
+    caller: Caller,
+    among: Sequence[int] | None = None,
 ) -> dict[int, float]:
     """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
-    indexed)."""
+    indexed); with ``among``, for those chunks only (every question term: the ids bound the
+    work, not the postings)."""
     asked = [str(r[0]) for r in (await conn.execute(_LEXEMES, {"q": question})).all()]
     n, avglen = stats.chunks, stats.avg_length
     dfs = await stats.frequencies.of(conn, asked)
@@ -130,19 +149,26 @@ async def bm25_search(
     if not terms:
         return {}
     lexemes = sorted(terms)
+    matching = (
+        lexemes
+        if among is not None
+        else candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)
+    )
+    values: dict[str, object] = {
+        "lex": lexemes,
+        "idf": [terms[t] for t in lexemes],
+        "query": or_query(matching),
+        "k1": K1,
+        "b": B,
+        "avglen": avglen,
+        "k": k,
+    }
+    if among is not None:
+        if not among:
+            return {}
+        values |= {"ids": sorted(among), "k": len(among)}
     result = await conn.execute(
-        *_SCORE.bind(
-            caller,
-            {
-                "lex": lexemes,
-                "idf": [terms[t] for t in lexemes],
-                "query": or_query(candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)),
-                "k1": K1,
-                "b": B,
-                "avglen": avglen,
-                "k": k,
-            },
-        )
+        *(_SCORE_AMONG if among is not None else _SCORE).bind(caller, values)
     )
     return {int(r[0]): float(r[1]) for r in result.all()}
 
@@ -167,3 +193,13 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> dict[int, float]:
         for rank, item in enumerate(ranking, start=1):
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
     return scores
+
+
+async def question_terms(
+    conn: AsyncConnection, question: str, chunks: Sequence[int]
+) -> dict[int, frozenset[str]]:
+    """Chunk id -> the question's lexemes (english configuration) it contains."""
+    if not chunks:
+        return {}
+    rows = await conn.execute(_SHARED_TERMS, {"q": question, "ids": sorted(chunks)})
+    return {int(c): frozenset(terms) for c, terms in rows.all()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,9 +17,9 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api import ranking, reseed
+from services.query_api import chains, ranking, reseed
 from services.query_api.grounding import Grounding
-from services.query_api.lexical import CorpusStats, bm25_search
+from services.query_api.lexical import CorpusStats, bm25_search, question_terms
 from services.query_api.schemas import Hop
 from services.query_api.vector import Ranked, similarities, vector_search
 from services.query_api.visibility import (
@@ -52,6 +52,7 @@ class LocalMethods:
 
     reseed_passages: int = 5  # top fused passages whose bridge entities re-seed (0: off)
     hub_damping: bool = False  # passage-entity edges weighted 1 / ln(1 + df)
+    chain_width: int = 5  # chains of passages followed through bridge entities (0: off)
 
 
 @dataclass
@@ -270,6 +271,39 @@ async def graph_scores(
     return ranking.passage_path_scores(best, mentions)
 
 
+async def follow_chains(
+    conn: AsyncConnection,
+    question: str,
+    fused: dict[int, float],
+    seeds: Sequence[int],
+    *,
+    width: int,
+    steps: int,
+    relevance: Callable[[set[int]], Awaitable[dict[int, float]]],
+    caller: Caller,
+) -> list[int]:
+    """The fused ranking interleaved with the passages of chains that start at its ``width``
+    best passages and follow bridge entities (services/query_api/chains.py). ``relevance``
+    gives fused scores with more passages in the pool."""
+    order = sorted(fused, key=lambda c: (-fused[c], c))
+    heads = order[:width]
+    terms = await question_terms(conn, question, heads)
+    beam, ended = chains.starts(heads, fused, seeds, terms), []
+    links, fetched = chains.Links.of([]), set[int]()
+    for _ in range(steps):  # a chain longer than the top k cannot fit in it
+        lasts = {ch.passages[-1] for ch in beam} - fetched
+        links.add(await bridge_step(conn, sorted(lasts), seeds, caller))
+        fetched |= lasts
+        reach = chains.reachable(beam, links)
+        terms |= await question_terms(conn, question, sorted(reach - terms.keys()))
+        scores = await relevance(reach - set(order))
+        beam, done = chains.step(beam, links, scores, terms, width)
+        ended += done
+        if not beam:
+            break
+    return chains.interleave(order, chains.ranking(heads, [*ended, *beam]))
+
+
 async def local_search(
     conn: AsyncConnection,
     question: str,
@@ -304,10 +338,11 @@ async def local_search(
     dense_hits = await vector_search(conn, embedding, depth, caller=caller)
     bm25 = await bm25_search(conn, question, depth, stats, caller=caller) if weights.lexical else {}
     dense: dict[int, float] = {}
+    chained: set[int] = set()  # passages chains reached through bridge entities
 
     async def fused_ranking(graph: dict[int, float]) -> dict[int, float]:
         top_graph = sorted(graph, key=lambda c: (-graph[c], c))[: max(5 * k, 50)]
-        pool = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25)
+        pool = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25) | chained
         missing = sorted(pool - set(dense))
         dense.update(await similarities(conn, embedding, missing, caller=caller))
         signals = {
@@ -317,6 +352,14 @@ async def local_search(
         }
         chosen = {"vector": weights.vector, "lexical": weights.lexical, "graph": weights.graph}
         return ranking.fuse(signals, chosen, pool)
+
+    async def extend_pool(extra: set[int], graph: dict[int, float]) -> dict[int, float]:
+        """The fused scores with these passages in the pool too (scored by BM25 here)."""
+        new = sorted(extra - chained - set(bm25))
+        if new and weights.lexical:
+            bm25.update(await bm25_search(conn, question, 0, stats, caller=caller, among=new))
+        chained.update(extra)
+        return await fused_ranking(graph)
 
     fused = await fused_ranking(graph)
     if methods.reseed_passages and ranker == "ppr":
@@ -332,6 +375,18 @@ async def local_search(
             both = Grounding(reseed.split_reset(grounding.weights, bridges), grounding.names)
             graph = await walk(both)
             fused = await fused_ranking(graph)
+    if methods.chain_width and ranker == "ppr":
+        order = await follow_chains(
+            conn,
+            question,
+            fused,
+            sorted(grounding.weights),
+            width=methods.chain_width,
+            steps=k,
+            relevance=lambda extra: extend_pool(extra, graph),
+            caller=caller,
+        )
+        fused = {c: -float(i) for i, c in enumerate(order)}
     ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]
     why = {
         c: f"dense {dense.get(c, 0.0):.3f}, BM25 {bm25.get(c, 0.0):.2f}, "

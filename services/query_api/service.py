@@ -66,6 +66,7 @@ class QueryConfig:
             local_methods=LocalMethods(
                 reseed_passages=settings.query_local_reseed_passages,
                 hub_damping=settings.query_local_hub_damping,
+                chain_width=settings.query_local_chain_width,
             ),
             hybrid=settings.query_hybrid,
             rrf_k=settings.query_rrf_k,
