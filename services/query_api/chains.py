@@ -1,63 +1,101 @@
 """Chains of passages: the later hops of a multi-hop question, reached one bridge entity at a
-time (issue 19). A chain starts at one of the best passages of the first ranking; each step
-follows an entity of the chain's last passage that nothing earlier in the chain (nor the
-question) named, to a passage that mentions it and is more relevant to the question than the
-average candidate. The beam keeps the best few chains; a chain stops when no step is left that
-meets both conditions, so the number of steps follows the question and the graph. Pure
-functions (no I/O); local.py fetches the links and the relevance.
+time (issue 19; rules and figures in docs/retrieval.md, "Chains"). Pure functions (no I/O):
+local.py fetches the links, the question's terms and the relevance.
 
-The chains' passages, best chain first and each chain in hop order, form one more ranking,
-fused with the first by reciprocal rank (services/query_api/ranking.rrf): a passage reached
-only through a bridge entity then gets a slot in the top k even when the first hop's
-neighbours outscore it on the question alone."""
+A chain starts at one of the best passages of the first ranking (its head). Each step follows
+a bridge entity, an entity of the chain's last passage that neither the question nor an earlier
+passage of the chain named, to a passage that mentions it, when that passage
+
+- is more relevant than the average candidate to what the chain has not covered yet: the fused
+  dense and graph signals plus the lexical one on the question's uncovered terms only (Baleen's
+  condensed query, without a model), z-scores over the candidates, so "above average" is > 0;
+- and says something of the question the chain did not (one of its uncovered terms), or is
+  about the bridge entity (its document's title is that entity: where the entity's facts are).
+
+A step scores relevance plus the bridge's specificity (the IDF of the bridge entity over
+passages, z-scored over the step's candidates: a rare name links more surely than "Canadian").
+The beam keeps the best few chains; a chain ends when no step meets the conditions, so the
+number of steps follows the question and the graph, not a hop count.
+
+The chains' later passages form a second ranking (hop by hop), interleaved with the first
+after the heads: a passage reached only through a bridge entity gets a slot in the top k even
+when the first hop's neighbours outscore it on the question alone."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from services.query_api.ranking import zscores
 
 
 @dataclass(frozen=True)
 class Chain:
-    """Passages in hop order, the sum of their relevance, and the entities already used (the
-    question's seeds and every passage's entities but the last one's)."""
+    """Passages in hop order, the sum of their step scores, the entities already used (the
+    question's seeds and every passage's entities but the last one's) and the question's
+    terms the passages contain."""
 
     passages: tuple[int, ...]
     score: float
     used: frozenset[int]
-    covered: frozenset[str] = frozenset()  # the question's terms the passages contain
+    covered: frozenset[str] = frozenset()
 
 
 @dataclass
 class Links:
     """The passage-entity links a chain may follow, from (entity, chunk) mention pairs."""
 
-    entities_of: dict[int, set[int]]  # chunk -> its (non-hub) entities
-    passages_of: dict[int, set[int]]  # entity -> the chunks that mention it
-
-    @classmethod
-    def of(cls, pairs: Iterable[tuple[int, int]]) -> Links:
-        """Index (entity, chunk) pairs both ways."""
-        links = cls({}, {})
-        links.add(pairs)
-        return links
+    entities_of: dict[int, set[int]] = field(default_factory=dict)  # chunk -> its entities
+    passages_of: dict[int, set[int]] = field(default_factory=dict)  # entity -> its chunks
+    about: dict[int, set[int]] = field(default_factory=dict)  # chunk -> its title's entities
 
     def add(self, pairs: Iterable[tuple[int, int]]) -> None:
-        """Index more pairs."""
+        """Index (entity, chunk) pairs both ways."""
         for entity, chunk in pairs:
             self.entities_of.setdefault(chunk, set()).add(entity)
             self.passages_of.setdefault(entity, set()).add(chunk)
 
+    def add_about(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """Index (chunk, entity) pairs of the entities passages are about."""
+        for chunk, entity in pairs:
+            self.about.setdefault(chunk, set()).add(entity)
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """Relevance to what a chain has not covered yet: ``base`` is the fused dense and graph
+    signal over the candidates (z-scores with their fusion weights), to which the lexical
+    signal on the uncovered question terms (Σ idf of those a passage contains, z-scored over
+    the same candidates) is added with the lexical fusion weight."""
+
+    base: Mapping[int, float]
+    idf: Mapping[str, float]
+    lexical_weight: float
+    terms: Mapping[int, frozenset[str]]  # passage -> the question's terms it contains
+
+    def of(self, chain: Chain) -> dict[int, float]:
+        """Passage -> relevance for this chain."""
+        if not self.lexical_weight:
+            return dict(self.base)
+        none: frozenset[str] = frozenset()
+        left = {
+            c: sum(self.idf.get(t, 0.0) for t in self.terms.get(c, none) - chain.covered)
+            for c in self.base
+        }
+        z = zscores(left)
+        return {c: b + self.lexical_weight * z[c] for c, b in self.base.items()}
+
 
 def starts(
     heads: Sequence[int],
-    relevance: Mapping[int, float],
+    scores: Mapping[int, float],
     seeds: Iterable[int],
     terms: Mapping[int, frozenset[str]],
 ) -> list[Chain]:
     """One chain per head passage; the question's seeds count as used (they are not bridges)."""
     used = frozenset(seeds)
-    return [Chain((h,), relevance.get(h, 0.0), used, terms.get(h, frozenset())) for h in heads]
+    return [Chain((h,), scores.get(h, 0.0), used, terms.get(h, frozenset())) for h in heads]
 
 
 def frontier(chain: Chain, links: Links) -> set[int]:
@@ -74,40 +112,44 @@ def reachable(chains: Iterable[Chain], links: Links) -> set[int]:
     return out
 
 
+def specificity(mentions: int, total: int) -> float:
+    """A bridge entity's IDF over passages: the seed weight's rule (grounding.seed_weight)."""
+    return math.log((total + 1) / (mentions + 1) + 1.0)
+
+
 def step(
-    beam: Sequence[Chain],
-    links: Links,
-    relevance: Mapping[int, float],
-    terms: Mapping[int, frozenset[str]],
-    width: int,
+    beam: Sequence[Chain], links: Links, relevance: Relevance, *, width: int, total: int
 ) -> tuple[list[Chain], list[Chain]]:
-    """(the ``width`` best extended chains, the chains of ``beam`` that could not extend). A
-    chain extends to a passage reached through one of its bridge entities that says something
-    of the question no passage of the chain said (one of its terms: the rest of the question,
-    as a condensed query would ask it) and whose relevance is positive (above the candidates'
-    mean: relevance is a sum of z-scores)."""
-    grown: dict[tuple[int, ...], Chain] = {}
+    """(the ``width`` best extended chains, the chains of ``beam`` that could not extend); the
+    conditions and the score of a step are in the module docstring. ``total``: passages in the
+    corpus."""
+    none: frozenset[str] = frozenset()
+    steps: dict[tuple[int, ...], tuple[Chain, float]] = {}  # chain -> (it, bridge specificity)
     ended: list[Chain] = []
     for chain in beam:
-        bridges = frontier(chain, links)
-        nexts = {
-            c
-            for e in bridges
-            for c in links.passages_of.get(e, set())
-            if c not in chain.passages
-            and relevance.get(c, 0.0) > 0
-            and terms.get(c, frozenset()) - chain.covered
-        }
-        if not nexts:
+        scores = relevance.of(chain)
+        bridges: dict[int, int] = {}  # next passage -> its rarest bridge's passage count
+        for entity in frontier(chain, links):
+            reached = links.passages_of.get(entity, set())
+            for c in reached - set(chain.passages):
+                says = relevance.terms.get(c, none) - chain.covered
+                if scores.get(c, 0.0) > 0 and (says or entity in links.about.get(c, set())):
+                    bridges[c] = min(bridges.get(c, len(reached)), len(reached))
+        if not bridges:
             ended.append(chain)
             continue
         used = chain.used | links.entities_of.get(chain.passages[-1], set())
-        for c in nexts:
+        for c, mentions in bridges.items():
             passages = (*chain.passages, c)
-            covered = chain.covered | terms.get(c, frozenset())
-            grown[passages] = Chain(passages, chain.score + relevance[c], used, covered)
-    best = sorted(grown.values(), key=lambda ch: (-ch.score, ch.passages))[:width]
-    return best, ended
+            covered = chain.covered | relevance.terms.get(c, none)
+            grown = Chain(passages, chain.score + scores[c], used, covered)
+            steps[passages] = (grown, specificity(mentions, total))
+    linked = zscores({p: s for p, (_, s) in steps.items()})
+    scored = [
+        Chain(ch.passages, ch.score + linked[p], ch.used, ch.covered)
+        for p, (ch, _) in steps.items()
+    ]
+    return sorted(scored, key=lambda ch: (-ch.score, ch.passages))[:width], ended
 
 
 def ranking(heads: Sequence[int], chains: Iterable[Chain]) -> list[int]:

@@ -51,12 +51,6 @@ _SCORE = Filtered.of(
     _CANDIDATES + _BM25,
     _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _BM25,
 )
-# The same score for given chunks only (passages a chain reached through a bridge entity).
-_AMONG = " AND c.id = ANY(:ids)"
-_SCORE_AMONG = Filtered.of(
-    _CANDIDATES + _AMONG + _BM25,
-    _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _AMONG + _BM25,
-)
 # Which of the question's lexemes each chunk contains (a chain step must add one: see chains.py).
 _SHARED_TERMS = text(
     "SELECT c.id, ARRAY(SELECT unnest(tsvector_to_array(c.tsv)) INTERSECT"
@@ -130,18 +124,20 @@ def useful_terms(dfs: Mapping[str, int], n: int) -> dict[str, float]:
     return {lex: idf(df, n) for lex, df in dfs.items() if 0 < df <= max(1, n // 2)}
 
 
+async def question_idf(
+    conn: AsyncConnection, question: str, stats: CorpusStats
+) -> dict[str, float]:
+    """The question's lexemes (english configuration) that occur in at most half of the
+    chunks, with their BM25 IDF."""
+    asked = [str(r[0]) for r in (await conn.execute(_LEXEMES, {"q": question})).all()]
+    return useful_terms(await stats.frequencies.of(conn, asked), stats.chunks)
+
+
 async def bm25_search(
-    conn: AsyncConnection,
-    question: str,
-    k: int,
-    stats: CorpusStats,
-    *,
-    caller: Caller,
-    among: Sequence[int] | None = None,
+    conn: AsyncConnection, question: str, k: int, stats: CorpusStats, *, caller: Caller
 ) -> dict[int, float]:
     """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
-    indexed); with ``among``, for those chunks only (every question term: the ids bound the
-    work, not the postings)."""
+    indexed)."""
     asked = [str(r[0]) for r in (await conn.execute(_LEXEMES, {"q": question})).all()]
     n, avglen = stats.chunks, stats.avg_length
     dfs = await stats.frequencies.of(conn, asked)
@@ -149,26 +145,19 @@ async def bm25_search(
     if not terms:
         return {}
     lexemes = sorted(terms)
-    matching = (
-        lexemes
-        if among is not None
-        else candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)
-    )
-    values: dict[str, object] = {
-        "lex": lexemes,
-        "idf": [terms[t] for t in lexemes],
-        "query": or_query(matching),
-        "k1": K1,
-        "b": B,
-        "avglen": avglen,
-        "k": k,
-    }
-    if among is not None:
-        if not among:
-            return {}
-        values |= {"ids": sorted(among), "k": len(among)}
     result = await conn.execute(
-        *(_SCORE_AMONG if among is not None else _SCORE).bind(caller, values)
+        *_SCORE.bind(
+            caller,
+            {
+                "lex": lexemes,
+                "idf": [terms[t] for t in lexemes],
+                "query": or_query(candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)),
+                "k1": K1,
+                "b": B,
+                "avglen": avglen,
+                "k": k,
+            },
+        )
     )
     return {int(r[0]): float(r[1]) for r in result.all()}
 

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.query_api import chains, ranking, reseed
 from services.query_api.grounding import Grounding
-from services.query_api.lexical import CorpusStats, bm25_search, question_terms
+from services.query_api.lexical import CorpusStats, bm25_search, question_idf, question_terms
 from services.query_api.schemas import Hop
 from services.query_api.vector import Ranked, similarities, vector_search
 from services.query_api.visibility import (
@@ -142,6 +142,10 @@ _BRIDGE_MENTIONS = Filtered.of(
             inner=_VISIBLE_MENTIONS.format(m="p") + " AND",
         )
     ),
+)
+# The entities a passage is about: its document's title (resolution.with_title, no offsets).
+_TOPICS = text(
+    "SELECT chunk_id, entity_id FROM mentions WHERE chunk_id = ANY(:c) AND start_char < 0"
 )
 _NAMES = text("SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)")
 _PAGERANK = text(
@@ -279,29 +283,43 @@ async def follow_chains(
     *,
     width: int,
     steps: int,
-    relevance: Callable[[set[int]], Awaitable[dict[int, float]]],
+    base: Callable[[set[int]], Awaitable[dict[int, float]]],
+    stats: CorpusStats,
+    lexical_weight: float,
     caller: Caller,
 ) -> list[int]:
-    """The fused ranking interleaved with the passages of chains that start at its ``width``
-    best passages and follow bridge entities (services/query_api/chains.py). ``relevance``
-    gives fused scores with more passages in the pool."""
+    """The fused ranking interleaved with the later passages of chains that start at its
+    ``width`` best passages and follow bridge entities (services/query_api/chains.py).
+    ``base`` gives the fused dense and graph scores with more passages among the candidates."""
     order = sorted(fused, key=lambda c: (-fused[c], c))
     heads = order[:width]
-    terms = await question_terms(conn, question, heads)
+    idf = await question_idf(conn, question, stats)
+    terms = await question_terms(conn, question, order)
+    links = chains.Links()
+    links.add_about(await _about(conn, order))
     beam, ended = chains.starts(heads, fused, seeds, terms), []
-    links, fetched = chains.Links.of([]), set[int]()
+    fetched: set[int] = set()
     for _ in range(steps):  # a chain longer than the top k cannot fit in it
-        lasts = {ch.passages[-1] for ch in beam} - fetched
-        links.add(await bridge_step(conn, sorted(lasts), seeds, caller))
-        fetched |= lasts
-        reach = chains.reachable(beam, links)
-        terms |= await question_terms(conn, question, sorted(reach - terms.keys()))
-        scores = await relevance(reach - set(order))
-        beam, done = chains.step(beam, links, scores, terms, width)
+        lasts = sorted({ch.passages[-1] for ch in beam} - fetched)
+        links.add(await bridge_step(conn, lasts, seeds, caller))
+        fetched.update(lasts)
+        fresh = sorted(chains.reachable(beam, links) - terms.keys())
+        terms |= await question_terms(conn, question, fresh)
+        links.add_about(await _about(conn, fresh))
+        relevance = chains.Relevance(await base(set(fresh)), idf, lexical_weight, terms)
+        beam, done = chains.step(beam, links, relevance, width=width, total=stats.chunks)
         ended += done
         if not beam:
             break
     return chains.interleave(order, chains.ranking(heads, [*ended, *beam]))
+
+
+async def _about(conn: AsyncConnection, chunks: Sequence[int]) -> list[tuple[int, int]]:
+    """(chunk, entity) pairs: the entities these passages are about (their title)."""
+    if not chunks:
+        return []
+    rows = await conn.execute(_TOPICS, {"c": list(chunks)})
+    return [(int(c), int(e)) for c, e in rows.all()]
 
 
 async def local_search(
@@ -340,7 +358,7 @@ async def local_search(
     dense: dict[int, float] = {}
     chained: set[int] = set()  # passages chains reached through bridge entities
 
-    async def fused_ranking(graph: dict[int, float]) -> dict[int, float]:
+    async def fused_ranking(graph: dict[int, float], lexical: bool = True) -> dict[int, float]:
         top_graph = sorted(graph, key=lambda c: (-graph[c], c))[: max(5 * k, 50)]
         pool = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25) | chained
         missing = sorted(pool - set(dense))
@@ -351,15 +369,14 @@ async def local_search(
             "graph": ranking.graph_signal(graph, pool),
         }
         chosen = {"vector": weights.vector, "lexical": weights.lexical, "graph": weights.graph}
+        if not lexical:
+            chosen["lexical"] = 0.0
         return ranking.fuse(signals, chosen, pool)
 
-    async def extend_pool(extra: set[int], graph: dict[int, float]) -> dict[int, float]:
-        """The fused scores with these passages in the pool too (scored by BM25 here)."""
-        new = sorted(extra - chained - set(bm25))
-        if new and weights.lexical:
-            bm25.update(await bm25_search(conn, question, 0, stats, caller=caller, among=new))
+    async def dense_and_graph(extra: set[int]) -> dict[int, float]:
+        """The fused dense and graph scores with these passages among the candidates too."""
         chained.update(extra)
-        return await fused_ranking(graph)
+        return await fused_ranking(graph, lexical=False)
 
     fused = await fused_ranking(graph)
     if methods.reseed_passages and ranker == "ppr":
@@ -383,7 +400,9 @@ async def local_search(
             sorted(grounding.weights),
             width=methods.chain_width,
             steps=k,
-            relevance=lambda extra: extend_pool(extra, graph),
+            base=dense_and_graph,
+            stats=stats,
+            lexical_weight=weights.lexical,
             caller=caller,
         )
         fused = {c: -float(i) for i, c in enumerate(order)}

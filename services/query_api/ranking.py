@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +16,7 @@ PPR_DAMPING = 0.85
 HOP_DECAY = 0.9
 
 Node = tuple[str, int]  # ("e", entity id) or ("c", chunk id)
+K = TypeVar("K", bound=Hashable)
 
 
 def personalised_pagerank(
@@ -168,7 +170,7 @@ def normalised_importance(values: Mapping[int, float]) -> dict[int, float]:
     return {k: max(v / top, 1e-3) for k, v in values.items()}
 
 
-def zscores(values: Mapping[int, float]) -> dict[int, float]:
+def zscores(values: Mapping[K, float]) -> dict[K, float]:
     """Standard scores; all zeros when the values do not vary."""
     if not values:
         return {}
