@@ -3,12 +3,15 @@ OpenAI-compatible implementation (our retry policy, token usage counted per call
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import openai
 
 from services.core.llm.client import call_with_retries
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -32,6 +35,14 @@ class ChatReply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     model: str = ""  # the model that answered (for the model metrics)
+
+
+class Blocking(Protocol):
+    """Runs blocking model code off the event loop (the query service's executor)."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: object) -> Awaitable[T]:
+        """``fn(*args)`` in the executor."""
+        ...
 
 
 class ChatModel(Protocol):

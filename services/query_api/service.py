@@ -5,6 +5,7 @@ published snapshot; model calls (embedding, NER, LLM) run in the executor, outsi
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -29,6 +30,7 @@ from services.query_api.grounding import ground
 from services.query_api.lexical import CorpusStats, StatsCache
 from services.query_api.llm import ChatModel, ChatReply, OpenAIChat, Usage
 from services.query_api.local import LocalMethods, LocalWeights, Ranker, local_search
+from services.query_api.map_reduce import map_reduce
 from services.query_api.paths import path_retrieve
 from services.query_api.retrieval import Retrieval, context_mentions, contexts_for
 from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
@@ -325,7 +327,11 @@ class QueryService:
         if self.llm is None:
             return _offline_answer(req, result)
         if result.mode == "global" and result.communities:
-            return await self._map_reduce(req.question, result, usage), ""
+            count = functools.partial(self._count, usage, purpose="answer")
+            themes = await map_reduce(
+                self.llm, req.question, result.communities, blocking=self.run_blocking, count=count
+            )
+            return themes, ""
         if not result.contexts:
             return answers.NO_ANSWER, ""
         reply = await self.run_blocking(answers.synthesise, self.llm, req.question, result.contexts)
@@ -339,37 +345,6 @@ class QueryService:
         if unknown:
             result.notes.append(f"the LLM answer cites sources that do not exist: {unknown}")
         return content, sources
-
-    async def _map_reduce(self, question: str, result: Retrieval, usage: Usage) -> str:
-        llm = self.llm
-        if llm is None:
-            return answers.extractive_global_answer(result.communities)
-
-        def map_one(community_index: int) -> ChatReply:
-            community = result.communities[community_index]
-            return llm.complete(
-                answers.MAP_SYSTEM,
-                answers.map_prompt(question, community),
-                max_tokens=400,
-                json_mode=True,
-            )
-
-        replies = await asyncio.gather(
-            *(self.run_blocking(map_one, i) for i in range(len(result.communities)))
-        )
-        points = []
-        for community, reply in zip(result.communities, replies, strict=True):
-            self._count(usage, reply, "answer")
-            points += answers.parse_points(reply, community.id)
-        if not points:
-            return answers.extractive_global_answer(result.communities)
-        reply = await self.run_blocking(
-            lambda: llm.complete(
-                answers.REDUCE_SYSTEM, answers.reduce_prompt(question, points), max_tokens=600
-            )
-        )
-        self._count(usage, reply, "answer")
-        return reply.content.strip()
 
 
 def build_query_service(
