@@ -22,7 +22,7 @@ from services.core.extraction import Extractor
 from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
 from services.query_api import answer as answers
-from services.query_api import followup, router
+from services.query_api import router
 from services.query_api.answer_span import TOP_CONTEXTS
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.global_mode import global_retrieve
@@ -31,6 +31,7 @@ from services.query_api.lexical import CorpusStats, StatsCache
 from services.query_api.llm import ChatModel, ChatReply, OpenAIChat, Usage
 from services.query_api.local import LocalMethods, LocalWeights, Ranker, local_search
 from services.query_api.map_reduce import map_reduce
+from services.query_api.multistep import FollowUps
 from services.query_api.paths import path_retrieve
 from services.query_api.retrieval import Retrieval, context_mentions, contexts_for
 from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
@@ -171,27 +172,14 @@ class QueryService:
     async def _follow_up(
         self, llm: ChatModel, req: QueryRequest, result: Retrieval, usage: Usage, caller: Caller
     ) -> None:
-        """IRCoT-style: while the LLM names a missing fact (at most ``local_followups``
-        times), retrieve for its query and merge the rankings by reciprocal rank. Each
-        retrieval reads its own snapshot transaction; a failed LLM keeps what was found."""
-        rankings, asked = [result.contexts], list[str]()
-        for _ in range(self.config.local_followups):
-            top = result.contexts[:TOP_CONTEXTS]
-            try:
-                reply = await self.run_blocking(
-                    followup.ask_followup, llm, req.question, top, list(asked)
-                )
-            except Exception as exc:  # noqa: BLE001 - the retrieval so far still stands
-                result.notes.append(f"LLM follow-up failed ({type(exc).__name__})")
-                break
-            self._count(usage, reply, "followup")
-            query = followup.next_query(reply, req.question, asked)
-            if query is None:
-                break
-            asked.append(query)
+        """LLM follow-up searches (services/query_api/multistep.py), outside the first read;
+        the merged top's mentions are read again for the offline fallback."""
+        follow = FollowUps(llm, self.config.local_followups, self.config.rrf_k, self.run_blocking)
+
+        async def search(query: str) -> Retrieval:
             embedding, spans = await self._read_question(query, with_spans=True)
             async with read_snapshot(self.engine) as (conn, snapshot_id):
-                found = await self._retrieve(
+                return await self._retrieve(
                     conn,
                     req.model_copy(update={"question": query}),
                     mode="local",
@@ -200,11 +188,11 @@ class QueryService:
                     snapshot_id=snapshot_id,
                     caller=caller,
                 )
-                rankings.append(found.contexts)
-                result.contexts = followup.merge_rankings(rankings, req.k, self.config.rrf_k)
+
+        count = functools.partial(self._count, usage, purpose="followup")
+        if await follow.run(req.question, result, req.k, search=search, count=count):
+            async with read_snapshot(self.engine) as (conn, _):
                 result.mentions = await context_mentions(conn, result.contexts[:TOP_CONTEXTS])
-        if asked:
-            result.notes.append("follow-up searches: " + "; ".join(asked))
 
     async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
         if req.mode != "auto":
