@@ -344,7 +344,7 @@ class Settings(BaseSettings):
         "fused passages that the question does not name (0: one walk). docs/retrieval.md.",
     )
     query_local_chain_width: int = Field(
-        default=5,
+        default=3,
         ge=0,
         le=20,
         description="Local mode follows chains of passages from this many top fused passages, "

@@ -52,7 +52,7 @@ class LocalMethods:
 
     reseed_passages: int = 5  # top fused passages whose bridge entities re-seed (0: off)
     hub_damping: bool = False  # passage-entity edges weighted 1 / ln(1 + df)
-    chain_width: int = 5  # chains of passages followed through bridge entities (0: off)
+    chain_width: int = 3  # chains of passages followed through bridge entities (0: off)
 
 
 @dataclass
@@ -287,21 +287,24 @@ async def follow_chains(
     stats: CorpusStats,
     lexical_weight: float,
     caller: Caller,
+    start: chains.ChainStart | None = None,
 ) -> list[int]:
     """The fused ranking interleaved with the later passages of chains that start at its
-    ``width`` best passages and follow bridge entities (services/query_api/chains.py).
-    ``base`` gives the fused dense and graph scores with more passages among the candidates."""
+    ``width`` best passages (or continue from ``start``) and follow bridge entities
+    (services/query_api/chains.py). ``base`` gives the fused dense and graph scores with more
+    passages among the candidates."""
     order = sorted(fused, key=lambda c: (-fused[c], c))
-    heads = order[:width]
+    heads = list(start.heads) if start else order[:width]
+    used = sorted(start.used) if start else seeds  # entities no step bridges through
     idf = await question_idf(conn, question, stats)
-    terms = await question_terms(conn, question, order)
+    terms = await question_terms(conn, question, [*order, *heads])
     links = chains.Links()
-    links.add_about(await _about(conn, order))
-    beam, ended = chains.starts(heads, fused, seeds, terms), []
+    links.add_about(await _about(conn, [*order, *heads]))
+    beam, ended = chains.starts(heads, fused, used, terms), []
     fetched: set[int] = set()
     for _ in range(steps):  # a chain longer than the top k cannot fit in it
         lasts = sorted({ch.passages[-1] for ch in beam} - fetched)
-        links.add(await bridge_step(conn, lasts, seeds, caller))
+        links.add(await bridge_step(conn, lasts, used, caller))
         fetched.update(lasts)
         fresh = sorted(chains.reachable(beam, links) - terms.keys())
         terms |= await question_terms(conn, question, fresh)
@@ -336,10 +339,12 @@ async def local_search(
     executor: Executor | None = None,
     caller: Caller,
     methods: LocalMethods = LocalMethods(),
+    chain_start: chains.ChainStart | None = None,
 ) -> tuple[Ranked, list[Hop]]:
     """The k best passages by fused dense, BM25 and graph scores, with explaining hops, from
     what the caller can see. The walk restarts from the seeds; with re-seeding, a second
-    walk also restarts from the bridge entities of the fused top."""
+    walk also restarts from the bridge entities of the fused top. Chains start at the fused
+    top, or continue from ``chain_start`` (a follow-up search)."""
     depth = max(3 * k, 30)
     hood = await neighbourhood(conn, sorted(grounding.weights), caller=caller)
     walk = functools.partial(
@@ -404,6 +409,7 @@ async def local_search(
             stats=stats,
             lexical_weight=weights.lexical,
             caller=caller,
+            start=chain_start,
         )
         fused = {c: -float(i) for i, c in enumerate(order)}
     ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]
