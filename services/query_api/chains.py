@@ -42,6 +42,17 @@ class Chain:
     covered: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True)
+class ChainStart:
+    """Chains that continue from passages already found instead of the first ranking's best
+    (an LLM follow-up search, services/query_api/multistep.py): ``heads`` start the chains,
+    and no step bridges through the ``used`` entities (those the question and the earlier
+    searches named), so the entity the follow-up query names can be the next bridge."""
+
+    heads: tuple[int, ...]
+    used: frozenset[int]
+
+
 @dataclass
 class Links:
     """The passage-entity links a chain may follow, from (entity, chunk) mention pairs."""

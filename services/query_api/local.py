@@ -314,7 +314,9 @@ async def follow_chains(
         ended += done
         if not beam:
             break
-    return chains.interleave(order, chains.ranking(heads, [*ended, *beam]))
+    # Continued chains list only what they add: their heads were ranked by the earlier search.
+    later = chains.ranking(() if start else heads, [*ended, *beam])
+    return chains.interleave(order, later)
 
 
 async def _about(conn: AsyncConnection, chunks: Sequence[int]) -> list[tuple[int, int]]:

@@ -1,9 +1,19 @@
-"""Multi-step retrieval with an LLM (optional; IRCoT-style): after local mode's retrieval the
-LLM reads the question and the top passages and names the one fact still missing as a short
-search query (followup.py: the prompt and the reply's parsing); local retrieval runs for that
-query and its ranking is fused with what was found by reciprocal rank; this repeats while the
-LLM names a new query, at most ``steps`` times. Each search reads its own snapshot
-transaction (``search``), so no transaction is held while the model answers."""
+"""Multi-step retrieval with an LLM (optional; IRCoT-style follow-ups on local mode's chains).
+
+After local mode's retrieval the LLM reads the question and the top passages and names the one
+fact still missing as a short search query (followup.py: the prompt and the reply's parsing).
+That query is the condensed query of the next chain step (Baleen's, written by the model): it
+is retrieved in local mode (its own grounding, embedding and walk), and that retrieval's chains
+(chains.py) continue from the passages found so far instead of starting at its own best ones:
+the top ``chain_width`` passages of the ranking so far are the chains' heads, relevance and the
+question terms a step must add are the follow-up query's, and no step bridges through an entity
+the question or an earlier search named, so the entity the query names is the next bridge. The
+continued chains add only their later passages to the follow-up's ranking (the heads were
+ranked by the earlier searches), interleaved with its own fused ranking as in a first search;
+that ranking is fused with the rankings so far by reciprocal rank.
+This repeats while the LLM names a new query, at most ``steps`` times. With chains off
+(``chain_width`` 0) a follow-up is a plain local retrieval, fused the same way. Each search
+reads its own snapshot transaction, so no transaction is held while the model answers."""
 
 from __future__ import annotations
 
@@ -13,6 +23,7 @@ from typing import Protocol
 
 from services.query_api import followup
 from services.query_api.answer_span import TOP_CONTEXTS
+from services.query_api.chains import ChainStart
 from services.query_api.llm import Blocking, ChatModel, ChatReply
 from services.query_api.retrieval import Retrieval
 
@@ -20,20 +31,21 @@ from services.query_api.retrieval import Retrieval
 class Search(Protocol):
     """Local retrieval for a follow-up query, in its own snapshot transaction."""
 
-    async def __call__(self, query: str) -> Retrieval:
-        """What local mode finds for ``query``."""
+    async def __call__(self, query: str, start: ChainStart | None) -> Retrieval:
+        """What local mode finds for ``query``, its chains continuing from ``start``."""
         ...
 
 
 @dataclass(frozen=True)
 class FollowUps:
-    """The follow-up loop's model and knobs (settings KGSTREAM_QUERY_LOCAL_FOLLOWUPS and the
-    query's RRF constant)."""
+    """The follow-up loop's model and knobs (settings KGSTREAM_QUERY_LOCAL_FOLLOWUPS,
+    KGSTREAM_QUERY_LOCAL_CHAIN_WIDTH and the query's RRF constant)."""
 
     llm: ChatModel
     steps: int  # follow-up searches at most
     rrf_k: int
     blocking: Blocking  # runs the model call off the event loop
+    chain_width: int = 0  # passages found so far that the next search's chains continue from
 
     async def run(
         self,
@@ -48,6 +60,7 @@ class FollowUps:
         best); returns the queries searched. ``count`` is told of every completion. A failed
         LLM call keeps what was found and says so in the notes."""
         rankings, asked = [result.contexts], list[str]()
+        used = set(result.seeds)  # entities named so far: not bridges
         for _ in range(self.steps):
             top = result.contexts[:TOP_CONTEXTS]
             try:
@@ -62,9 +75,17 @@ class FollowUps:
             if query is None:
                 break
             asked.append(query)
-            found = await search(query)
+            start = self.chain_start(result, used)
+            found = await search(query, start)
+            used.update(found.seeds)
             rankings.append(found.contexts)
             result.contexts = followup.merge_rankings(rankings, k, self.rrf_k)
         if asked:
             result.notes.append("follow-up searches: " + "; ".join(asked))
         return asked
+
+    def chain_start(self, result: Retrieval, used: set[int]) -> ChainStart | None:
+        """The next search's chains continue from the best ``chain_width`` passages so far
+        (None: chains off, or nothing found)."""
+        heads = tuple(c.chunk_id for c in result.contexts[: self.chain_width])
+        return ChainStart(heads, frozenset(used)) if heads else None

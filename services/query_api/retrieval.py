@@ -25,6 +25,7 @@ class Retrieval:
     grounded: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)  # in the contexts (offline answers)
+    seeds: list[int] = field(default_factory=list)  # local: the question's grounded entity ids
 
 
 # The entities the indexer found in chunks the caller has already been shown: surfaces and

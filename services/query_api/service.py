@@ -24,6 +24,7 @@ from services.core.settings import Settings
 from services.query_api import answer as answers
 from services.query_api import router
 from services.query_api.answer_span import TOP_CONTEXTS
+from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.global_mode import global_retrieve
 from services.query_api.grounding import ground
@@ -174,9 +175,16 @@ class QueryService:
     ) -> None:
         """LLM follow-up searches (services/query_api/multistep.py), outside the first read;
         the merged top's mentions are read again for the offline fallback."""
-        follow = FollowUps(llm, self.config.local_followups, self.config.rrf_k, self.run_blocking)
+        chained = self.config.local_ranker == "ppr"  # chains follow the PPR ranking only
+        follow = FollowUps(
+            llm,
+            self.config.local_followups,
+            self.config.rrf_k,
+            self.run_blocking,
+            chain_width=self.config.local_methods.chain_width if chained else 0,
+        )
 
-        async def search(query: str) -> Retrieval:
+        async def search(query: str, start: ChainStart | None) -> Retrieval:
             embedding, spans = await self._read_question(query, with_spans=True)
             async with read_snapshot(self.engine) as (conn, snapshot_id):
                 return await self._retrieve(
@@ -187,6 +195,7 @@ class QueryService:
                     spans=spans,
                     snapshot_id=snapshot_id,
                     caller=caller,
+                    chain_start=start,
                 )
 
         count = functools.partial(self._count, usage, purpose="followup")
@@ -218,6 +227,7 @@ class QueryService:
         spans: list[str],
         snapshot_id: int | None,
         caller: Caller,
+        chain_start: ChainStart | None = None,
     ) -> Retrieval:
         notes: list[str] = []
         stats = await self.stats.get(conn)
@@ -264,11 +274,14 @@ class QueryService:
                     stats=stats,
                     executor=self.executor,
                     caller=caller,
+                    chain_start=chain_start,
                 )
                 if ranked.ids:
                     contexts = await contexts_for(conn, ranked, caller=caller)
+                    grounded = grounding.ranked_names()
+                    seeds = sorted(grounding.weights)
                     return Retrieval(
-                        "local", contexts, hops, grounded=grounding.ranked_names(), notes=notes
+                        "local", contexts, hops, grounded=grounded, notes=notes, seeds=seeds
                     )
             notes.append(f"{mode}: no entity of the question is in the graph; answered by vector")
         hybrid = await self._hybrid(conn, req, embedding, stats, caller)
