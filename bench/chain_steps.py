@@ -79,7 +79,7 @@ def install() -> None:
             PER_QUERY.append(acc)
 
     local.follow_chains = follow_chains
-    parts = {"bridge_step": "links", "question_terms": "terms", "question_idf": "idf"}
+    parts = {"bridge_step": "links", "question_terms": "terms", "question_lexemes": "lexemes"}
     parts["_about"] = "titles"
     for name, label in parts.items():
         setattr(local, name, timed_async(label, getattr(local, name)))

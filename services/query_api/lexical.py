@@ -51,10 +51,11 @@ _SCORE = Filtered.of(
     _CANDIDATES + _BM25,
     _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _BM25,
 )
-# Which of the question's lexemes each chunk contains (a chain step must add one: see chains.py).
+# Which of the question's lexemes each chunk contains (a chain step must add one: see chains.py):
+# one index-free match per lexeme and chunk, cheaper than listing every chunk's lexemes.
 _SHARED_TERMS = text(
-    "SELECT c.id, ARRAY(SELECT unnest(tsvector_to_array(c.tsv)) INTERSECT"
-    " SELECT unnest(tsvector_to_array(to_tsvector('english', :q)))) FROM chunks c"
+    "SELECT c.id, ARRAY(SELECT l.lexeme FROM unnest(CAST(:lex AS text[])) AS l(lexeme)"
+    " WHERE c.tsv @@ to_tsquery('simple', quote_literal(l.lexeme))) FROM chunks c"
     " WHERE c.id = ANY(:ids)"
 )
 
@@ -124,13 +125,9 @@ def useful_terms(dfs: Mapping[str, int], n: int) -> dict[str, float]:
     return {lex: idf(df, n) for lex, df in dfs.items() if 0 < df <= max(1, n // 2)}
 
 
-async def question_idf(
-    conn: AsyncConnection, question: str, stats: CorpusStats
-) -> dict[str, float]:
-    """The question's lexemes (english configuration) that occur in at most half of the
-    chunks, with their BM25 IDF."""
-    asked = [str(r[0]) for r in (await conn.execute(_LEXEMES, {"q": question})).all()]
-    return useful_terms(await stats.frequencies.of(conn, asked), stats.chunks)
+async def question_lexemes(conn: AsyncConnection, question: str) -> list[str]:
+    """The question's lexemes (english configuration)."""
+    return [str(r[0]) for r in (await conn.execute(_LEXEMES, {"q": question})).all()]
 
 
 async def bm25_search(
@@ -138,7 +135,7 @@ async def bm25_search(
 ) -> dict[int, float]:
     """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
     indexed)."""
-    asked = [str(r[0]) for r in (await conn.execute(_LEXEMES, {"q": question})).all()]
+    asked = await question_lexemes(conn, question)
     n, avglen = stats.chunks, stats.avg_length
     dfs = await stats.frequencies.of(conn, asked)
     terms = useful_terms(dfs, n)
@@ -185,10 +182,10 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> dict[int, float]:
 
 
 async def question_terms(
-    conn: AsyncConnection, question: str, chunks: Sequence[int]
+    conn: AsyncConnection, lexemes: Sequence[str], chunks: Sequence[int]
 ) -> dict[int, frozenset[str]]:
-    """Chunk id -> the question's lexemes (english configuration) it contains."""
-    if not chunks:
-        return {}
-    rows = await conn.execute(_SHARED_TERMS, {"q": question, "ids": sorted(chunks)})
+    """Chunk id -> which of these (question) lexemes it contains."""
+    if not chunks or not lexemes:
+        return dict.fromkeys(chunks, frozenset())
+    rows = await conn.execute(_SHARED_TERMS, {"lex": list(lexemes), "ids": sorted(chunks)})
     return {int(c): frozenset(terms) for c, terms in rows.all()}

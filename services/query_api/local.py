@@ -19,7 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.query_api import chains, ranking, reseed
 from services.query_api.grounding import Grounding
-from services.query_api.lexical import CorpusStats, bm25_search, question_idf, question_terms
+from services.query_api.lexical import (
+    CorpusStats,
+    bm25_search,
+    question_lexemes,
+    question_terms,
+    useful_terms,
+)
 from services.query_api.schemas import Hop
 from services.query_api.vector import Ranked, similarities, vector_search
 from services.query_api.visibility import (
@@ -296,8 +302,9 @@ async def follow_chains(
     order = sorted(fused, key=lambda c: (-fused[c], c))
     heads = list(start.heads) if start else order[:width]
     used = sorted(start.used) if start else seeds  # entities no step bridges through
-    idf = await question_idf(conn, question, stats)
-    terms = await question_terms(conn, question, [*order, *heads])
+    asked = await question_lexemes(conn, question)
+    idf = useful_terms(await stats.frequencies.of(conn, asked), stats.chunks)
+    terms = await question_terms(conn, asked, [*order, *heads])
     links = chains.Links()
     links.add_about(await _about(conn, [*order, *heads]))
     beam, ended = chains.starts(heads, fused, used, terms), []
@@ -307,7 +314,7 @@ async def follow_chains(
         links.add(await bridge_step(conn, lasts, used, caller))
         fetched.update(lasts)
         fresh = sorted(chains.reachable(beam, links) - terms.keys())
-        terms |= await question_terms(conn, question, fresh)
+        terms |= await question_terms(conn, asked, fresh)
         links.add_about(await _about(conn, fresh))
         relevance = chains.Relevance(await base(set(fresh)), idf, lexical_weight, terms)
         beam, done = chains.step(beam, links, relevance, width=width, total=stats.chunks)
