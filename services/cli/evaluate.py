@@ -37,9 +37,11 @@ def table(report: dict[str, Any]) -> str:
     for mode, rep in report["modes"].items():
         cost = rep.get("overall", {})
         if cost.get("llm_calls"):
+            followups = cost.get("followup_tokens", 0)
             lines.append(
                 f"{mode}: {cost['llm_calls']:.2f} LLM calls and {cost['llm_tokens']:.0f} tokens"
                 " (prompt + completion) per question"
+                + (f", {followups:.0f} of them in follow-up decisions" if followups else "")
             )
     lines.append(
         f"last: mean rank of the last gold document ({k + 1} when one is not in the first {k});"

@@ -28,6 +28,7 @@ class QuestionResult:
     references: tuple[str, ...] = ()  # the reference answer and its aliases
     llm_calls: int = 0  # chat completions the query made (routing, follow-ups, answer)
     llm_tokens: int = 0  # their prompt + completion tokens
+    followup_tokens: int = 0  # of which the follow-up decisions' (services/query_api/multistep.py)
     hop_gold: tuple[str, ...] = ()  # each hop's gold doc_id in hop order (last: the answer's)
     num_hops: int = 0  # the question's hop count when it states one
 
@@ -112,8 +113,9 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
     """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5",
-    "last_gold_rank", "answer_em", "answer_f1", "answer_contains", "llm_calls", "llm_tokens"}
-    over the results ("recall" is recall@k; LLM calls and tokens per question: the cost).
+    "last_gold_rank", "answer_em", "answer_f1", "answer_contains", "llm_calls", "llm_tokens",
+    "followup_tokens"} over the results ("recall" is recall@k; LLM calls and tokens per
+    question: the cost, and the follow-ups' share of the tokens).
     Answer metrics average over the questions that have a reference answer (0 when none has)."""
     n = len(results)
 
@@ -141,6 +143,7 @@ def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
         "answer_contains": answers(contains),
         "llm_calls": mean(r.llm_calls for r in results),
         "llm_tokens": mean(r.llm_tokens for r in results),
+        "followup_tokens": mean(r.followup_tokens for r in results),
     }
 
 
@@ -164,6 +167,7 @@ def question_row(r: QuestionResult, k: int) -> dict[str, Any]:
         "answer_contains": best_over(contains, r.answer, r.references),
         "llm_calls": r.llm_calls,
         "llm_tokens": r.llm_tokens,
+        "followup_tokens": r.followup_tokens,
         "latency_ms": round(r.latency_ms, 1),
     }
 

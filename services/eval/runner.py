@@ -246,6 +246,7 @@ async def run_questions(
                 references=references(q),
                 llm_calls=resp.tokens.get("calls", 0),
                 llm_tokens=resp.tokens.get("prompt", 0) + resp.tokens.get("completion", 0),
+                followup_tokens=resp.tokens.get("followup_tokens", 0),
                 hop_gold=hop_gold_ids(q),
                 num_hops=int((q.get("metadata") or {}).get("num_hops") or 0),
             )

@@ -4,7 +4,7 @@ OpenAI-compatible implementation (our retry policy, token usage counted per call
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 import openai
@@ -16,15 +16,31 @@ T = TypeVar("T")
 
 @dataclass
 class Usage:
-    """Tokens spent by one request's LLM calls."""
+    """Tokens spent by one request's LLM calls, in all and by purpose (route, followup,
+    answer)."""
 
     prompt: int = 0
     completion: int = 0
     calls: int = 0
+    by_purpose: dict[str, tuple[int, int]] = field(default_factory=dict)  # (calls, tokens)
+
+    def add(self, reply: ChatReply, purpose: str) -> None:
+        """Count one completion."""
+        self.prompt += reply.prompt_tokens
+        self.completion += reply.completion_tokens
+        self.calls += 1
+        calls, tokens = self.by_purpose.get(purpose, (0, 0))
+        spent = reply.prompt_tokens + reply.completion_tokens
+        self.by_purpose[purpose] = (calls + 1, tokens + spent)
 
     def to_dict(self) -> dict[str, int]:
-        """For the response's ``tokens`` field."""
-        return {"prompt": self.prompt, "completion": self.completion, "calls": self.calls}
+        """For the response's ``tokens`` field: prompt, completion and calls in all, then
+        ``<purpose>_calls`` and ``<purpose>_tokens`` (prompt + completion) for each purpose
+        that made a call."""
+        out = {"prompt": self.prompt, "completion": self.completion, "calls": self.calls}
+        for purpose, (calls, tokens) in sorted(self.by_purpose.items()):
+            out[f"{purpose}_calls"], out[f"{purpose}_tokens"] = calls, tokens
+        return out
 
 
 @dataclass(frozen=True)

@@ -159,9 +159,7 @@ class QueryService:
         """Add a completion's tokens to the request's usage and report the call."""
         if reply is None:
             return
-        usage.prompt += reply.prompt_tokens
-        usage.completion += reply.completion_tokens
-        usage.calls += 1
+        usage.add(reply, purpose)
         self.meter.model_call(
             purpose,
             reply.model,

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 SAMPLE = Path(__file__).resolve().parents[2] / "services" / "cli" / "sample"
 METRICS = {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5"}
 METRICS |= {"answer_em", "answer_f1", "answer_contains", "last_gold_rank"}
-METRICS |= {"llm_calls", "llm_tokens"}
+METRICS |= {"llm_calls", "llm_tokens", "followup_tokens"}
 
 
 def run_eval(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -62,7 +62,7 @@ def test_eval_on_the_sample(tmp_path: Path) -> None:
             assert 0 <= summary["answer_em"] <= summary["answer_f1"] <= 1
             assert 0 <= summary["answer_contains"] <= 1
             assert 2 <= summary["last_gold_rank"] <= 11  # two gold documents, k = 10
-            assert summary["llm_calls"] == summary["llm_tokens"] == 0  # offline
+            assert summary["llm_calls"] == summary["llm_tokens"] == summary["followup_tokens"] == 0
             assert 0 < summary["p50_ms"] <= summary["p99_ms"]
         assert rep["overall"]["n"] == rep["by_gold"]["2"]["n"] == 12
         assert rep["by_type"]["bridge"]["n"] == 9

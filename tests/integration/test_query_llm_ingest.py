@@ -120,6 +120,9 @@ async def test_local_follow_up_searches_merge_by_reciprocal_rank(
         assert f"follow-up searches: {FOLLOW_UP_QUERY}" in resp.notes
         # two follow-up decisions (the second says the passages suffice), then the answer
         assert resp.tokens["calls"] == 3
+        assert (resp.tokens["followup_calls"], resp.tokens["answer_calls"]) == (2, 1)
+        spent = resp.tokens["prompt"] + resp.tokens["completion"]
+        assert 0 < resp.tokens["followup_tokens"] < spent  # the follow-ups' cost, reported
         chat = [r.body for r in openai_stub.requests_to("/chat/completions")]
         asks = [b for b in chat if b["messages"][0]["content"] == followup.FOLLOWUP_SYSTEM]
         assert len(asks) == 2

@@ -93,6 +93,7 @@ def test_mode_report_shape() -> None:
         "answer_em",
         "llm_calls",
         "llm_tokens",
+        "followup_tokens",
         "answer_f1",
         "answer_contains",
     }
