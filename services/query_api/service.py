@@ -27,7 +27,7 @@ from services.query_api.answer_span import TOP_CONTEXTS
 from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.global_mode import global_retrieve
-from services.query_api.grounding import ground
+from services.query_api.grounding import Grounding, ground
 from services.query_api.lexical import CorpusStats, StatsCache
 from services.query_api.llm import ChatModel, ChatReply, OpenAIChat, Usage
 from services.query_api.local import LocalMethods, LocalWeights, Ranker, local_search
@@ -78,6 +78,18 @@ class QueryConfig:
             global_communities=settings.query_global_communities,
             local_followups=settings.query_local_followups,
         )
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What one retrieval reads, inside its snapshot transaction."""
+
+    conn: AsyncConnection
+    req: QueryRequest
+    embedding: list[float]
+    stats: CorpusStats
+    snapshot_id: int | None
+    caller: Caller
 
 
 @dataclass(frozen=True)
@@ -227,8 +239,10 @@ class QueryService:
         caller: Caller,
         chain_start: ChainStart | None = None,
     ) -> Retrieval:
+        """The mode's retrieval, falling back (global and path and local to vector, path to
+        local) with a note when the mode finds nothing to go on."""
+        asked = _Asked(conn, req, embedding, await self.stats.get(conn), snapshot_id, caller)
         notes: list[str] = []
-        stats = await self.stats.get(conn)
         if mode == "global":
             found = await global_retrieve(
                 conn,
@@ -245,65 +259,69 @@ class QueryService:
             notes.append("global: no published community snapshot; answered by vector")
             mode = "vector"
         if mode in ("local", "path"):
-            grounding = await ground(conn, req.question, spans, stats.chunks, caller=caller)
+            grounding = await ground(conn, req.question, spans, asked.stats.chunks, caller=caller)
             if grounding.weights and mode == "path":
-                found = await path_retrieve(
-                    conn, req, grounding, self.config.path_max_hops, caller=caller
-                )
-                if found is not None and found.contexts:
-                    if len(found.contexts) < req.k:  # top up with the best passages
-                        more = await self._hybrid(conn, req, embedding, stats, caller)
-                        seen = {c.chunk_id for c in found.contexts}
-                        found.contexts += [c for c in more if c.chunk_id not in seen]
-                        found.contexts = found.contexts[: req.k]
+                found = await self._path(asked, grounding)
+                if found is not None:
                     return found
                 notes.append("path: fewer than two entities or no path; answered by local")
             if grounding.weights:
-                ranked, hops = await local_search(
-                    conn,
-                    req.question,
-                    embedding,
-                    grounding,
-                    req.k,
-                    ranker=self.config.local_ranker,
-                    weights=self.config.local_weights,
-                    methods=self.config.local_methods,
-                    snapshot_id=snapshot_id,
-                    stats=stats,
-                    executor=self.executor,
-                    caller=caller,
-                    chain_start=chain_start,
-                )
-                if ranked.ids:
-                    contexts = await contexts_for(conn, ranked, caller=caller)
-                    grounded = grounding.ranked_names()
-                    seeds = sorted(grounding.weights)
-                    return Retrieval(
-                        "local", contexts, hops, grounded=grounded, notes=notes, seeds=seeds
-                    )
+                found = await self._local(asked, grounding, chain_start)
+                if found is not None:
+                    found.notes[:0] = notes
+                    return found
             notes.append(f"{mode}: no entity of the question is in the graph; answered by vector")
-        hybrid = await self._hybrid(conn, req, embedding, stats, caller)
-        return Retrieval("vector", hybrid, notes=notes)
+        return Retrieval("vector", await self._hybrid(asked), notes=notes)
 
-    async def _hybrid(
-        self,
-        conn: AsyncConnection,
-        req: QueryRequest,
-        embedding: list[float],
-        stats: CorpusStats,
-        caller: Caller,
-    ) -> list[Context]:
+    async def _path(self, asked: _Asked, grounding: Grounding) -> Retrieval | None:
+        """Paths between the question's entities, topped up with the best passages to k."""
+        k, max_hops = asked.req.k, self.config.path_max_hops
+        found = await path_retrieve(asked.conn, asked.req, grounding, max_hops, caller=asked.caller)
+        if found is None or not found.contexts:
+            return None
+        if len(found.contexts) < k:
+            seen = {c.chunk_id for c in found.contexts}
+            found.contexts += [c for c in await self._hybrid(asked) if c.chunk_id not in seen]
+            found.contexts = found.contexts[:k]
+        return found
+
+    async def _local(
+        self, asked: _Asked, grounding: Grounding, chain_start: ChainStart | None
+    ) -> Retrieval | None:
+        """Local mode's passages (services/query_api/local.py); None when it finds none."""
+        ranked, hops = await local_search(
+            asked.conn,
+            asked.req.question,
+            asked.embedding,
+            grounding,
+            asked.req.k,
+            ranker=self.config.local_ranker,
+            weights=self.config.local_weights,
+            methods=self.config.local_methods,
+            snapshot_id=asked.snapshot_id,
+            stats=asked.stats,
+            executor=self.executor,
+            caller=asked.caller,
+            chain_start=chain_start,
+        )
+        if not ranked.ids:
+            return None
+        contexts = await contexts_for(asked.conn, ranked, caller=asked.caller)
+        grounded, seeds = grounding.ranked_names(), sorted(grounding.weights)
+        return Retrieval("local", contexts, hops, grounded=grounded, seeds=seeds)
+
+    async def _hybrid(self, asked: _Asked) -> list[Context]:
         ranked = await hybrid_search(
-            conn,
-            req.question,
-            embedding,
-            req.k,
-            stats=stats,
+            asked.conn,
+            asked.req.question,
+            asked.embedding,
+            asked.req.k,
+            stats=asked.stats,
             rrf_k=self.config.rrf_k,
             lexical=self.config.hybrid,
-            caller=caller,
+            caller=asked.caller,
         )
-        return await contexts_for(conn, ranked, caller=caller)
+        return await contexts_for(asked.conn, ranked, caller=asked.caller)
 
     async def _read_question(
         self, question: str, with_spans: bool
