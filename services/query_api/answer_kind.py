@@ -31,11 +31,14 @@ for _nouns, _labels in (
     (
         "city country state town place location county region village island continent "
         "province river mountain capital district borough neighborhood neighbourhood area "
-        "venue stadium arena airport",
+        "venue stadium arena airport lake sea ocean "
+        # facilities (spaCy's FAC: buildings, airports, highways, bridges)
+        "castle bridge building church cathedral palace tower museum park street road highway "
+        "hotel hospital monument temple mosque square terminal",
         (PLACE, ORGANISATION),
     ),
     ("nationality ethnicity religion", (NATIONALITY,)),
-    ("language", (("LANGUAGE",), NATIONALITY)),  # the head noun names the label itself
+    ("language dialect", (("LANGUAGE",), NATIONALITY)),  # the head noun names the label
     (
         "company band team organization organisation group university college school club "
         "network channel label party agency airline firm brand newspaper magazine studio "
@@ -44,7 +47,7 @@ for _nouns, _labels in (
     ),
     (
         "film movie book novel song album show series game play opera poem work single "
-        "episode sitcom documentary",
+        "episode sitcom documentary treaty law act constitution",
         (WORK, ORGANISATION),
     ),
     ("year date decade century month day", (DATE,)),
@@ -185,7 +188,7 @@ def _tiers(tokens: list[str]) -> Tiers:
     if tokens and tokens[-1] in OPENINGS:  # asked in place: "... written by who?"
         return OPENINGS[tokens[-1]]
     for i, word in enumerate(tokens):
-        if word == "how" and tokens[i + 1 : i + 2] in (["many"], ["much"], ["old"]):
+        if word == "how" and tokens[i + 1 : i + 2] in (["many"], ["much"], ["old"], ["long"]):
             return (NUMBER,)
         if word in ("what", "which"):
             start = i + 1

@@ -41,6 +41,15 @@ _MONTHS = "January|February|March|April|May|June|July|August|September|October|N
 _DATE = re.compile(
     rf"\b(?:(?:\d{{1,2}}\s+)?(?:{_MONTHS})(?:\s+\d{{1,2}})?,?\s+)?(?:1[0-9]{{3}}|20[0-9]{{2}})\b"
 )
+# Dates written as more than one year: a range or a pair in words ("10 July -- 31 October 1940",
+# "1898 and 1959"; not a life span "1505–1572", whose years are asked one at a time), a decade
+# ("the 1970s"), a century ("the 15th century"). Answers only: comparisons read _DATE values.
+_DAY_MONTH = rf"(?:\d{{1,2}}\s+(?:{_MONTHS})|(?:{_MONTHS})\s+\d{{1,2}})"
+_DATE_SPAN = re.compile(
+    rf"(?:{_DATE.pattern}|\b{_DAY_MONTH})\s+(?:--|to|and|or)\s+{_DATE.pattern}"
+    r"|\b(?:1[0-9]|20)[0-9]0s\b"
+    r"|\b\d{1,2}(?:st|nd|rd|th)[\s-]century\b"
+)
 _NUMBER = re.compile(
     r"(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?:\s+(?:million|billion|thousand))?"
     r"|(?<![\w.])\d+(?:\.\d+)?(?:\s+(?:million|billion|thousand))?(?![\w.])"
@@ -129,7 +138,7 @@ def _scored_sentences(question: str, top: Sequence[Context]) -> list[_Sentence]:
             tokens = tuple(stem(w) for w in words(text))
             matched = (set(tokens) | title) & set(idf)
             hits = tuple(i for i, t in enumerate(tokens) if t in idf)
-            score = sum(idf[t] for t in matched)
+            score = sum(idf[t] for t in sorted(matched))  # one order: equal sums tie
             out.append(_Sentence(text, rank, ctx, score, tokens, hits))
     return out
 
@@ -146,6 +155,7 @@ def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[
         if a != b and f"{a}, {b}" in sentence.text
     ]
     found += [(d.group(0), DATE[0]) for d in _DATE.finditer(sentence.text)]
+    found += [(d.group(0), DATE[0]) for d in _DATE_SPAN.finditer(sentence.text)]
     found += [(n.group(0), NUMBER[0]) for n in _NUMBER.finditer(sentence.text)]
     found += [(n.group(0), NUMBER[0]) for n in _NUMBER_WORDS.finditer(sentence.text)]
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.query_api.answer import cited_sources, extractive
-from services.query_api.answer_kind import DATE, NUMBER, ORGANISATION, PERSON, classify
+from services.query_api.answer_kind import DATE, NUMBER, ORGANISATION, PERSON, PLACE, classify
 from services.query_api.answer_span import Mention, answer_span
 from services.query_api.schemas import Context
 
@@ -56,6 +56,9 @@ MENTIONS = [
         # "language" names spaCy's LANGUAGE label; nationalities (NORP) come second
         ("What language were the books translated into?", "span", ("LANGUAGE",)),
         ("What nationality is the author?", "span", ("NORP", "LANGUAGE")),
+        # facilities are places (spaCy's FAC); "how long" asks a measure
+        ("What is the name of the castle in the city?", "span", PLACE),
+        ("How long are the council terms in Tucson?", "span", NUMBER),
     ],
 )
 def test_question_kinds(question: str, form: str, first_tier: tuple[str, ...] | None) -> None:
@@ -197,3 +200,36 @@ def test_counts_in_words_answer_how_many() -> None:
     span = answer_span("How many times was Deltha O'Neal selected for the Pro Bowl?", [text], [])
     assert span is not None
     assert span.text == "twice"
+
+
+@pytest.mark.parametrize(
+    ("question", "text", "answer"),
+    [
+        (
+            "When did Louisville elect its first black mayor?",
+            "Louisville elected its first black mayor in the 1970s, a decade after the reforms.",
+            "1970s",
+        ),
+        (
+            "When did Forest win the FA Cup?",
+            "Forest won the FA Cup in 1898 and 1959.",
+            "1898 and 1959",
+        ),
+        (
+            "When did the Battle of Britain take place?",
+            "The Battle of Britain took place from 10 July -- 31 October 1940.",
+            "10 July -- 31 October 1940",
+        ),
+        (
+            "When was the Palau constructed?",
+            "The Palau was constructed in the 15th century.",
+            "15th century",
+        ),
+        # a life span is two answers, born and died: not one range
+        ("When was John Knox born?", "John Knox (1505–1572) was a Scottish reformer.", "1505"),
+    ],
+)
+def test_dates_of_more_than_one_year(question: str, text: str, answer: str) -> None:
+    span = answer_span(question, [ctx(14, "Passage", text)], [])
+    assert span is not None
+    assert span.text == answer
