@@ -67,7 +67,7 @@ def timed_step(fn: Callable[..., Any]) -> Callable[..., Any]:
 def install() -> None:
     follow = local.follow_chains
 
-    async def follow_chains(*args: Any, **kwargs: Any) -> list[int]:
+    async def follow_chains(*args: Any, **kwargs: Any) -> tuple[list[int], tuple[int, ...]]:
         acc: dict[str, float] = {}
         token = INSIDE.set(acc)
         start = time.perf_counter()

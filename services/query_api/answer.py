@@ -37,11 +37,15 @@ REDUCE_SYSTEM = with_data_rule(
 
 
 def extractive(
-    question: str, contexts: Sequence[Context], mentions: Sequence[Mention]
+    question: str,
+    contexts: Sequence[Context],
+    mentions: Sequence[Mention],
+    chain: Sequence[int] = (),
 ) -> tuple[str, str]:
     """(answer, support): the span the question asks for, cited, with its sentence; else the
-    best supporting sentence (and no separate support)."""
-    span = answer_span(question, contexts, mentions)
+    best supporting sentence (and no separate support). ``chain``: local mode's best chain of
+    passages (chunk ids in hop order), whose next hop a bridge answer moves to."""
+    span = answer_span(question, contexts, mentions, chain)
     if span is None:
         return extractive_answer(question, contexts), ""
     return f"{span.text} [{span.doc_id}]", f"{span.sentence} [{span.doc_id}]"

@@ -6,6 +6,12 @@
   dates and numbers in the sentence text. The answer is the candidate of the best tier of the
   expected kind (services/query_api/answer_kind.py), in the best sentence, nearest the
   question's words, that the question does not already name.
+- the next hop: when local mode followed a chain of passages and that span is one of the best
+  chain's bridges (mentioned in the chain passage it was read from and in the next one), the
+  question asks for something beyond it: the span is read from that next passage instead, its
+  sentences scored on the question's words none of the chain's passages up to the bridge has
+  (the last sub-question), every name of those passages excluded. Without a candidate of the
+  expected kind there, the span stands. (docs/retrieval.md, "Answers from the last hop".)
 - choice questions ("..., X or Y?"): the option whose passage has the smaller or larger date or
   number when the question says which ("first", "older", "more"), else the better-matching one.
 - yes/no questions: "yes" when each named subject's passage has every word of the predicate,
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from services.core.normalize import answer_key as normalise
@@ -108,9 +114,13 @@ def content_stems(text: str) -> set[str]:
 
 
 def answer_span(
-    question: str, contexts: Sequence[Context], mentions: Iterable[Mention]
+    question: str,
+    contexts: Sequence[Context],
+    mentions: Iterable[Mention],
+    chain: Sequence[int] = (),
 ) -> SpanAnswer | None:
-    """The answer found in the top contexts, or None when nothing of the expected kind is."""
+    """The answer found in the top contexts, or None when nothing of the expected kind is.
+    ``chain``: the best chain of passages local mode followed (chunk ids in hop order)."""
     top = list(contexts[:TOP_CONTEXTS])
     if not top:
         return None
@@ -123,14 +133,26 @@ def answer_span(
     scored = _scored_sentences(question, top)
     if kind.form == "choice":
         return _choice(kind, top, scored)
-    return _best_span(kind, question, scored, by_chunk)
+    span = _best_span(kind, question, scored, by_chunk)
+    if span is None or not chain:
+        return span
+    by_id = {c.chunk_id: c for c in contexts}
+    hops = [by_id.get(p) for p in chain]
+    return _next_hop(kind, question, span, hops, top=top, by_chunk=by_chunk) or span
 
 
-def _scored_sentences(question: str, top: Sequence[Context]) -> list[_Sentence]:
-    """Every sentence of the top contexts with its IDF-weighted overlap with the question."""
-    asked = content_stems(question)
-    docs = [content_stems(c.title + " " + c.text) for c in top]
-    idf = {t: math.log(1 + len(top) / df) for t in asked if (df := sum(t in d for d in docs))}
+def _scored_sentences(
+    question: str,
+    top: Sequence[Context],
+    pool: Sequence[Context] = (),
+    covered: Collection[str] = frozenset(),
+) -> list[_Sentence]:
+    """Every sentence of the top contexts with its IDF-weighted overlap with the question's
+    words (but the ``covered`` stems); IDF over ``pool`` (default: the top contexts)."""
+    asked = content_stems(question) - set(covered)
+    docs = [content_stems(c.title + " " + c.text) for c in pool or top]
+    n = len(docs)
+    idf = {t: math.log(1 + n / df) for t in asked if (df := sum(t in d for d in docs))}
     out = []
     for rank, ctx in enumerate(top):
         title = content_stems(ctx.title)
@@ -166,8 +188,10 @@ def _best_span(
     question: str,
     scored: Sequence[_Sentence],
     by_chunk: dict[int, list[Mention]],
+    excluded: Collection[str] = frozenset(),
 ) -> SpanAnswer | None:
-    """The candidate of the best tier, then best sentence, nearest the question's words."""
+    """The candidate of the best tier, then best sentence, nearest the question's words; none
+    the question names, nor any of the ``excluded`` (normalised) names."""
     asked = f" {normalise(question)} "
     best: tuple[tuple[float, ...], str, _Sentence] | None = None
     for sentence in scored:
@@ -176,7 +200,7 @@ def _best_span(
         for text, label in _candidates(sentence, by_chunk.get(sentence.context.chunk_id, [])):
             tier = _tier(kind, label)
             said = normalise(text)
-            if tier is None or not said or f" {said} " in asked:
+            if tier is None or not said or f" {said} " in asked or said in excluded:
                 continue
             # the longer of two otherwise equal spans is the more specific ("Columbus, Ohio")
             key = (tier, -sentence.score, _distance(sentence, text), -len(text), sentence.rank)
@@ -186,6 +210,41 @@ def _best_span(
         return None
     _, text, sentence = best
     return SpanAnswer(text, sentence.text, sentence.context.doc_id)
+
+
+def _next_hop(
+    kind: AnswerKind,
+    question: str,
+    span: SpanAnswer,
+    chain: Sequence[Context | None],
+    *,
+    top: Sequence[Context],
+    by_chunk: dict[int, list[Mention]],
+) -> SpanAnswer | None:
+    """The span of the chain passage after the one ``span`` was read from, when ``span`` is the
+    bridge between them (module docstring); None otherwise. ``chain``: its passages in hop
+    order, None for those not among the contexts."""
+    said = normalise(span.text)
+    for i in range(len(chain) - 1):
+        here, there = chain[i], chain[i + 1]
+        if here is None or there is None or here.doc_id != span.doc_id:
+            continue
+        if said not in _names(here, by_chunk) or said not in _names(there, by_chunk):
+            continue
+        earlier = [c for c in chain[: i + 1] if c is not None]
+        covered = set().union(*(content_stems(c.title + " " + c.text) for c in earlier))
+        named = set().union(*(_names(c, by_chunk) for c in earlier))
+        pool = list({c.chunk_id: c for c in [*top, there]}.values())
+        scored = _scored_sentences(question, [there], pool, covered)
+        found = _best_span(kind, question, scored, by_chunk, named)
+        if found is not None:
+            return found
+    return None
+
+
+def _names(ctx: Context, by_chunk: dict[int, list[Mention]]) -> set[str]:
+    """The normalised names the indexer found in a context."""
+    return {normalise(m.surface) for m in by_chunk.get(ctx.chunk_id, [])}
 
 
 def _tier(kind: AnswerKind, label: str) -> int | None:

@@ -294,11 +294,12 @@ async def follow_chains(
     lexical_weight: float,
     caller: Caller,
     start: chains.ChainStart | None = None,
-) -> list[int]:
+) -> tuple[list[int], tuple[int, ...]]:
     """The fused ranking interleaved with the later passages of chains that start at its
     ``width`` best passages (or continue from ``start``) and follow bridge entities
-    (services/query_api/chains.py). ``base`` gives the fused dense and graph scores with more
-    passages among the candidates."""
+    (services/query_api/chains.py), and the best chain's passages (the offline answer reads
+    its next hop). ``base`` gives the fused dense and graph scores with more passages among
+    the candidates."""
     order = sorted(fused, key=lambda c: (-fused[c], c))
     heads = list(start.heads) if start else order[:width]
     used = sorted(start.used) if start else seeds  # entities no step bridges through
@@ -322,8 +323,10 @@ async def follow_chains(
         if not beam:
             break
     # Continued chains list only what they add: their heads were ranked by the earlier search.
-    later = chains.ranking(() if start else heads, [*ended, *beam])
-    return chains.interleave(order, later)
+    found = [*ended, *beam]
+    later = chains.ranking(() if start else heads, found)
+    best = min(found, key=lambda ch: (-ch.score, ch.passages), default=None)
+    return chains.interleave(order, later), best.passages if best else ()
 
 
 async def _about(conn: AsyncConnection, chunks: Sequence[int]) -> list[tuple[int, int]]:
@@ -406,8 +409,9 @@ async def local_search(
             both = Grounding(reseed.split_reset(grounding.weights, bridges), grounding.names)
             graph = await walk(both)
             fused = await fused_ranking(graph)
+    chain: tuple[int, ...] = ()
     if methods.chain_width and ranker == "ppr":
-        order = await follow_chains(
+        order, chain = await follow_chains(
             conn,
             question,
             fused,
@@ -431,4 +435,4 @@ async def local_search(
         (hood.names.get(s, str(s)), rtype, hood.names.get(t, str(t)), desc[:300])
         for s, t, rtype, _, desc in hood.relations[:10]
     ]
-    return Ranked(ids, {c: fused[c] for c in ids}, why), hops
+    return Ranked(ids, {c: fused[c] for c in ids}, why, chain=chain), hops

@@ -8,7 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api.answer_span import Mention
+from services.query_api.answer_span import TOP_CONTEXTS, Mention
 from services.query_api.schemas import CommunityHit, Context, Hop, Mode, Route
 from services.query_api.vector import Ranked, load_chunks
 
@@ -26,6 +26,13 @@ class Retrieval:
     notes: list[str] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)  # in the contexts (offline answers)
     seeds: list[int] = field(default_factory=list)  # local: the question's grounded entity ids
+    chain: tuple[int, ...] = ()  # local: the best chain of passages (chunk ids in hop order)
+
+
+def answer_contexts(result: Retrieval) -> list[Context]:
+    """The contexts the offline answer reads: the top ones and the best chain's passages."""
+    chained = set(result.chain)
+    return [c for i, c in enumerate(result.contexts) if i < TOP_CONTEXTS or c.chunk_id in chained]
 
 
 # The entities the indexer found in chunks the caller has already been shown: surfaces and

@@ -23,7 +23,6 @@ from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extra
 from services.core.settings import Settings
 from services.query_api import answer as answers
 from services.query_api import router
-from services.query_api.answer_span import TOP_CONTEXTS
 from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.global_mode import global_retrieve
@@ -34,7 +33,12 @@ from services.query_api.local import LocalMethods, LocalWeights, Ranker, local_s
 from services.query_api.map_reduce import map_reduce
 from services.query_api.multistep import FollowUps
 from services.query_api.paths import path_retrieve
-from services.query_api.retrieval import Retrieval, context_mentions, contexts_for
+from services.query_api.retrieval import (
+    Retrieval,
+    answer_contexts,
+    context_mentions,
+    contexts_for,
+)
 from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
 from services.query_api.snapshot import read_snapshot
 from services.query_api.vector import hybrid_search
@@ -131,8 +135,7 @@ class QueryService:
                 caller=caller,
             )
             if result.mode != "global":  # the offline answer (or an LLM's fallback) reads them
-                top = result.contexts[:TOP_CONTEXTS]
-                result.mentions = await context_mentions(conn, top)
+                result.mentions = await context_mentions(conn, answer_contexts(result))
         if result.mode == "local" and self.llm is not None and self.config.local_followups:
             await self._follow_up(self.llm, req, result, usage, caller)  # outside the read
         t_retrieve = time.perf_counter()
@@ -211,7 +214,7 @@ class QueryService:
         count = functools.partial(self._count, usage, purpose="followup")
         if await follow.run(req.question, result, req.k, search=search, count=count):
             async with read_snapshot(self.engine) as (conn, _):
-                result.mentions = await context_mentions(conn, result.contexts[:TOP_CONTEXTS])
+                result.mentions = await context_mentions(conn, answer_contexts(result))
 
     async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
         if req.mode != "auto":
@@ -308,7 +311,9 @@ class QueryService:
             return None
         contexts = await contexts_for(asked.conn, ranked, caller=asked.caller)
         grounded, seeds = grounding.ranked_names(), sorted(grounding.weights)
-        return Retrieval("local", contexts, hops, grounded=grounded, seeds=seeds)
+        return Retrieval(
+            "local", contexts, hops, grounded=grounded, seeds=seeds, chain=ranked.chain
+        )
 
     async def _hybrid(self, asked: _Asked) -> list[Context]:
         ranked = await hybrid_search(
@@ -392,7 +397,7 @@ def build_query_service(
 def _offline_answer(req: QueryRequest, result: Retrieval) -> tuple[str, str]:
     if result.mode == "global" and result.communities:
         return answers.extractive_global_answer(result.communities), ""
-    return answers.extractive(req.question, result.contexts, result.mentions)
+    return answers.extractive(req.question, result.contexts, result.mentions, result.chain)
 
 
 async def _no_spans() -> list[str]:

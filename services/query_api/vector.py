@@ -88,11 +88,13 @@ async def load_chunks(
 
 @dataclass(frozen=True)
 class Ranked:
-    """A fused ranking: chunk ids best first, their scores and a note on each."""
+    """A fused ranking: chunk ids best first, their scores and a note on each; local mode
+    adds the best chain of passages it followed (chunk ids in hop order)."""
 
     ids: list[int]
     scores: dict[int, float]
     why: dict[int, str]
+    chain: tuple[int, ...] = ()
 
 
 async def hybrid_search(

@@ -45,7 +45,10 @@ async def _entity(engine: Any, name: str) -> int:
         return int(row.scalar_one())
 
 
-async def _follow(engine: Any, fused: dict[int, float], seeds: list[int]) -> list[int]:
+async def _follow(
+    engine: Any, fused: dict[int, float], seeds: list[int]
+) -> tuple[list[int], tuple[int, ...]]:
+    """The ranking with the chains' passages, and the best chain."""
     stats = await _stats(engine)
 
     async def flat(extra: set[int]) -> dict[int, float]:
@@ -89,14 +92,16 @@ async def test_a_chain_reaches_the_third_hop_through_its_bridge_entities(
         gloria = await _entity(engine, "Gloria")
         # the first ranking found the work and the look-alike, not the later hops
         fused = {chunk["gloria"]: 2.0, chunk["panama"]: 1.0}
-        ranked = await _follow(engine, fused, [gloria])
+        ranked, best = await _follow(engine, fused, [gloria])
         assert ranked[:2] == [chunk["gloria"], chunk["panama"]]
         assert chunk["vivaldi"] in ranked
         assert chunk["venice"] in ranked
         assert ranked.index(chunk["vivaldi"]) < ranked.index(chunk["venice"])
+        # the best chain, which the offline answer reads, is the three hops in order
+        assert best[:3] == (chunk["gloria"], chunk["vivaldi"], chunk["venice"])
 
         # had the question named the composer, he is no bridge: nothing leads past hop 1
         vivaldi = await _entity(engine, "Antonio Vivaldi")
-        assert chunk["venice"] not in await _follow(engine, fused, [gloria, vivaldi])
+        assert chunk["venice"] not in (await _follow(engine, fused, [gloria, vivaldi]))[0]
     finally:
         await engine.dispose()

@@ -47,7 +47,7 @@ async def test_a_follow_up_continues_the_chain_through_the_entity_it_names(
         async def ranking(start: ChainStart | None) -> list[int]:
             # The follow-up's own fused ranking holds neither passage, so only a chain can
             # bring the film's passage in.
-            return await follow_chains(
+            order, _ = await follow_chains(
                 conn,
                 "Maximum Overdrive",  # the follow-up query: it names the bridge
                 {others[0]: 2.0, others[1]: 1.0},
@@ -60,6 +60,7 @@ async def test_a_follow_up_continues_the_chain_through_the_entity_it_names(
                 caller=Caller.operator(),
                 start=start,
             )
+            return order
 
         # From the town's passage found by the first search, through the film it names (the
         # question named only the town): the film's passage, and not the head again.

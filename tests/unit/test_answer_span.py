@@ -7,6 +7,7 @@ import pytest
 from services.query_api.answer import cited_sources, extractive
 from services.query_api.answer_kind import DATE, NUMBER, ORGANISATION, PERSON, PLACE, classify
 from services.query_api.answer_span import Mention, answer_span
+from services.query_api.retrieval import Retrieval, answer_contexts
 from services.query_api.schemas import Context
 
 
@@ -233,3 +234,59 @@ def test_dates_of_more_than_one_year(question: str, text: str, answer: str) -> N
     span = answer_span(question, [ctx(14, "Passage", text)], [])
     assert span is not None
     assert span.text == answer
+
+
+# The first hop names the producer; the second, reached through him, holds what is asked.
+FILM = ctx(
+    20,
+    "Forced Vengeance",
+    "Forced Vengeance is a 1982 action film produced by Chuck Norris in Hong Kong.",
+)
+SERIES = ctx(21, "Walker (character)", "The ranger played by Chuck Norris is called Cordell.")
+OTHER = ctx(22, "Hong Kong", "Hong Kong is a city on the coast of southern China.")
+HOP_MENTIONS = [
+    Mention(20, "Forced Vengeance", "WORK_OF_ART"),
+    Mention(20, "Chuck Norris", "PERSON"),
+    Mention(20, "Hong Kong", "GPE"),
+    Mention(21, "Chuck Norris", "PERSON"),
+    Mention(21, "Cordell", "PERSON"),
+    Mention(22, "Hong Kong", "GPE"),
+    Mention(22, "China", "GPE"),
+]
+PRODUCER = "What was the name of Forced Vengeance's producer in Walker, Texas Ranger?"
+
+
+def test_a_bridge_answer_moves_to_the_next_hop_of_the_best_chain() -> None:
+    alone = answer_span(PRODUCER, [FILM, SERIES], HOP_MENTIONS)
+    assert alone is not None
+    assert alone.text == "Chuck Norris"  # the first hop's answer: the bridge
+    span = answer_span(PRODUCER, [FILM, SERIES], HOP_MENTIONS, chain=(20, 21))
+    assert span is not None
+    assert span.text == "Cordell"  # the bridge, nearer "ranger", is excluded there
+    assert span.doc_id == "d21"
+    assert span.sentence == SERIES.text
+
+
+def test_the_span_stands_when_it_bridges_nothing_or_the_next_hop_has_no_candidate() -> None:
+    # the chain's next passage does not mention the span: no bridge
+    span = answer_span(PRODUCER, [FILM, SERIES, OTHER], HOP_MENTIONS, chain=(20, 22))
+    assert span is not None
+    assert span.text == "Chuck Norris"
+    # the next passage mentions the bridge but holds no other person
+    lone = ctx(23, "Walker (character)", "Chuck Norris starred as the ranger.")
+    mentions = [*HOP_MENTIONS, Mention(23, "Chuck Norris", "PERSON")]
+    span = answer_span(PRODUCER, [FILM, lone], mentions, chain=(20, 23))
+    assert span is not None
+    assert span.text == "Chuck Norris"
+    # a chain passage the caller was not shown (not among the contexts) is no next hop
+    span = answer_span(PRODUCER, [FILM, OTHER], HOP_MENTIONS, chain=(20, 21))
+    assert span is not None
+    assert span.text == "Chuck Norris"
+
+
+def test_the_answer_reads_the_chain_passages_beyond_the_top_contexts() -> None:
+    fillers = [ctx(30 + i, f"Filler {i}", "Nothing here.") for i in range(6)]
+    result = Retrieval("local", [FILM, *fillers, SERIES], chain=(20, 21))
+    read = answer_contexts(result)
+    assert [c.chunk_id for c in read] == [20, 30, 31, 32, 33, 21]
+    assert answer_contexts(Retrieval("local", [FILM, *fillers, SERIES])) == [FILM, *fillers[:4]]
