@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.core.settings import Settings  # noqa: E402
 from services.eval.runner import EvalConfig, evaluate  # noqa: E402
-from services.query_api import chains, local  # noqa: E402
+from services.query_api import chain_search, chains  # noqa: E402
 
 INSIDE: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
     "inside", default=None
@@ -65,7 +65,7 @@ def timed_step(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def install() -> None:
-    follow = local.follow_chains
+    follow = chain_search.follow_chains
 
     async def follow_chains(*args: Any, **kwargs: Any) -> tuple[list[int], tuple[int, ...]]:
         acc: dict[str, float] = {}
@@ -78,11 +78,11 @@ def install() -> None:
             INSIDE.reset(token)
             PER_QUERY.append(acc)
 
-    local.follow_chains = follow_chains
+    chain_search.follow_chains = follow_chains
     parts = {"bridge_step": "links", "question_terms": "terms", "question_lexemes": "lexemes"}
     parts["_about"] = "titles"
     for name, label in parts.items():
-        setattr(local, name, timed_async(label, getattr(local, name)))
+        setattr(chain_search, name, timed_async(label, getattr(chain_search, name)))
     chains.step = timed_step(chains.step)
 
 

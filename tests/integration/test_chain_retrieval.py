@@ -1,4 +1,4 @@
-"""Local mode's chains on a real database (services/query_api/local.follow_chains): the later
+"""Local mode's chains on a real database (services/query_api/chain_search.follow_chains): the later
 hops of a 3-hop question are reached through bridge entities the indexer linked, and a name the
 question states is not followed as a bridge."""
 
@@ -11,7 +11,7 @@ from sqlalchemy import text
 from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.indexer.handlers import IndexerDeps
-from services.query_api import local
+from services.query_api import chain_search
 from services.query_api.lexical import StatsCache
 from tests.support.graph import apply_events
 from tests.support.records import document_event
@@ -59,7 +59,7 @@ async def _follow(
 
     known = set(fused)
     async with engine.connect() as conn:
-        return await local.follow_chains(
+        return await chain_search.follow_chains(
             conn,
             QUESTION,
             fused,

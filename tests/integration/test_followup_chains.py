@@ -10,9 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import make_engine
+from services.query_api.chain_search import follow_chains
 from services.query_api.chains import ChainStart
 from services.query_api.lexical import StatsCache
-from services.query_api.local import follow_chains
 
 pytestmark = pytest.mark.integration
 
