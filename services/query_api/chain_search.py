@@ -40,9 +40,12 @@ async def follow_chains(
     the candidates."""
     order = sorted(fused, key=lambda c: (-fused[c], c))
     heads = list(start.heads) if start else order[:width]
+    if not heads:
+        return order, ()
     used = sorted(start.used) if start else seeds  # entities no step bridges through
     asked = await question_lexemes(conn, question)
     idf = useful_terms(await stats.frequencies.of(conn, asked), stats.chunks)
+    asked = sorted(idf)  # the terms that say something: in some passage, in at most half
     terms = await question_terms(conn, asked, [*order, *heads])
     links = chains.Links()
     links.add_about(await _about(conn, [*order, *heads]))

@@ -180,6 +180,7 @@ async def local_search(
             graph = await walk(both)
             fused = await fused_ranking(graph)
     chain: tuple[int, ...] = ()
+    first = sorted(fused, key=lambda c: (-fused[c], c))[:k]  # the fused top k, before chains
     if methods.chain_width and ranker == "ppr":
         order, chain = await chain_search.follow_chains(
             conn,
@@ -194,11 +195,13 @@ async def local_search(
             caller=caller,
             start=chain_start,
         )
-        fused = {c: -float(i) for i, c in enumerate(order)}
+        # the merged order has no common scale: each passage scores 1 / its rank
+        fused = {c: 1.0 / (i + 1) for i, c in enumerate(order)}
     ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]
     why = {
         c: f"dense {dense.get(c, 0.0):.3f}, BM25 {bm25.get(c, 0.0):.2f}, "
         f"graph ({ranker}) {graph.get(c, 0.0):.2e}"
+        + ("" if c in first else ", reached through a chain of passages")
         for c in ids
     }
     hops: list[Hop] = [

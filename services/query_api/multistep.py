@@ -80,6 +80,8 @@ class FollowUps:
             used.update(found.seeds)
             rankings.append(found.contexts)
             result.contexts = followup.merge_rankings(rankings, k, self.rrf_k)
+            # the first search's best chain no longer describes the merged contexts
+            result.chain = ()
         if asked:
             result.notes.append("follow-up searches: " + "; ".join(asked))
         return asked

@@ -1,4 +1,5 @@
-"""The bounded neighbourhood local mode walks (all SQL, each with a restricted-caller twin):
+"""The bounded neighbourhood local mode walks (every statement that returns rows a caller may
+not see has a restricted-caller twin; the others only look up ids those returned):
 the seeds' relationships, the passages that mention them, and bridge steps to the other
 entities of those passages with all their mentions; hubs are not expanded."""
 
