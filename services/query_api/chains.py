@@ -12,8 +12,9 @@ passage of the chain named, to a passage that mentions it, when that passage
 - and says something of the question the chain did not (one of its uncovered terms), or is
   about the bridge entity (its document's title is that entity: where the entity's facts are).
 
-A step scores relevance plus the bridge's specificity (the IDF of the bridge entity over
-passages, z-scored over the step's candidates: a rare name links more surely than "Canadian").
+A step scores relevance plus the bridge's specificity: the bridge entity weighed like a seed
+(grounding.seed_weight, IDF over passages), z-scored over the step's candidates (a rare name
+links more surely than "Canadian").
 The beam keeps the best few chains; a chain ends when no step meets the conditions, so the
 number of steps follows the question and the graph, not a hop count.
 
@@ -23,10 +24,10 @@ when the first hop's neighbours outscore it on the question alone."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from services.query_api.grounding import seed_weight
 from services.query_api.ranking import zscores
 
 
@@ -123,11 +124,6 @@ def reachable(chains: Iterable[Chain], links: Links) -> set[int]:
     return out
 
 
-def specificity(mentions: int, total: int) -> float:
-    """A bridge entity's IDF over passages: the seed weight's rule (grounding.seed_weight)."""
-    return math.log((total + 1) / (mentions + 1) + 1.0)
-
-
 def step(
     beam: Sequence[Chain], links: Links, relevance: Relevance, *, width: int, total: int
 ) -> tuple[list[Chain], list[Chain]]:
@@ -154,7 +150,7 @@ def step(
             passages = (*chain.passages, c)
             covered = chain.covered | relevance.terms.get(c, none)
             grown = Chain(passages, chain.score + scores[c], used, covered)
-            steps[passages] = (grown, specificity(mentions, total))
+            steps[passages] = (grown, seed_weight(1.0, mentions, total))
     linked = zscores({p: s for p, (_, s) in steps.items()})
     scored = [
         Chain(ch.passages, ch.score + linked[p], ch.used, ch.covered)

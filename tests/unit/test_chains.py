@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.query_api import chains
+from services.query_api.grounding import seed_weight
 
 # "What castle is in the birthplace of the performer of Falling Out?"
 # Passage 1 (the head) names the song and its performer (entity 10); passage 2, the
@@ -82,7 +83,7 @@ def test_an_entity_already_used_is_not_followed_back() -> None:
 
 
 def test_rarer_bridges_score_higher() -> None:
-    assert chains.specificity(2, 1000) > chains.specificity(30, 1000) > 0
+    assert seed_weight(1.0, 2, 1000) > seed_weight(1.0, 30, 1000) > 0
 
 
 def test_the_ranking_goes_hop_by_hop_and_keeps_every_head() -> None:
