@@ -19,28 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
+from _query_api import ROOT, free_port, kept_query_api, quantile
 
 QUESTIONS = ROOT / "services" / "cli" / "sample" / "questions.jsonl"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def flood(base: str, questions: list[str], clients: int, until: float) -> Counter[int]:
@@ -76,11 +62,6 @@ async def probe(base: str, until: float) -> list[float]:
             took.append(time.monotonic() - start if ok else 10.0)
             await asyncio.sleep(0.25)
     return took
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def figures(took: list[float]) -> dict[str, float]:
@@ -121,41 +102,13 @@ def main() -> None:
     parser.add_argument("--code", type=Path, default=ROOT, help="source tree of the API")
     parser.add_argument("--probe-port", action="store_true", help="KGSTREAM_API_PROBE_PORT too")
     args = parser.parse_args()
-    pg = EmbeddedPostgres(args.keep)
-    url = pg.start()
-    port = free_port()
-    env = {
-        **os.environ,
-        "KGSTREAM_DATABASE_URL": url,
-        "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",  # no broker needed
-        "KGSTREAM_API_PORT": str(port),
-        "KGSTREAM_LOG_LEVEL": "WARNING",
-    }
-    probes = None
+    env, probes = {}, None
     if args.probe_port:
         env["KGSTREAM_API_PROBE_PORT"] = str(probe_port := free_port())
         probes = f"http://127.0.0.1:{probe_port}"
-    api = subprocess.Popen(
-        [sys.executable, "-m", "services.cli.main", "worker", "query-api"], env=env, cwd=args.code
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or api.poll() is not None:
-                raise SystemExit("the query API did not become ready")
-            time.sleep(0.5)
+    with kept_query_api(args.keep, code=args.code, env=env) as base:
         figures = asyncio.run(measure(base, probes, args.clients, args.seconds))
         print(json.dumps(figures, indent=2))
-    finally:
-        api.terminate()
-        api.wait(30)
-        pg.stop()
 
 
 if __name__ == "__main__":

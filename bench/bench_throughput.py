@@ -20,20 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
-from bench_readyz import free_port, quantile
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
+from _query_api import ROOT, kept_query_api, quantile
 
 DEFAULT_QUESTIONS = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "questions.jsonl"
 TARGET_P99_S = 0.5
@@ -83,19 +75,6 @@ async def run(
     }
 
 
-def wait_ready(base: str, api: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or api.poll() is not None:
-            raise SystemExit("the query API did not become ready")
-        time.sleep(0.5)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, required=True, help="`kgstream eval --keep` home")
@@ -106,31 +85,12 @@ def main() -> None:
     args = parser.parse_args()
     lines = args.questions.read_text(encoding="utf-8").splitlines()
     questions = [json.loads(line)["question"] for line in lines if line.strip()]
-    pg = EmbeddedPostgres(args.keep)
-    url = pg.start()
-    port = free_port()
-    env = {
-        **os.environ,
-        "KGSTREAM_DATABASE_URL": url,
-        "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",  # no broker needed
-        "KGSTREAM_API_PORT": str(port),
-        "KGSTREAM_LOG_LEVEL": "WARNING",
-    }
-    api = subprocess.Popen(
-        [sys.executable, "-m", "services.cli.main", "worker", "query-api"], env=env, cwd=ROOT
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base, api)
+    with kept_query_api(args.keep) as base:
         for mode in args.modes.split(","):
             asyncio.run(run(base, questions, mode, 4, 5))  # warm-up: models, caches, plans
             for clients in (int(c) for c in args.clients.split(",")):
                 figures = asyncio.run(run(base, questions, mode, clients, args.seconds))
                 print(json.dumps(figures), flush=True)
-    finally:
-        api.terminate()
-        api.wait(30)
-        pg.stop()
 
 
 if __name__ == "__main__":
