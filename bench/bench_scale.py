@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -45,7 +49,11 @@ from services.core.models import build_embedder, build_extractor  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
 from services.eval.metrics import summarise  # noqa: E402
 from services.eval.runner import MODES, run_questions  # noqa: E402
-from services.query_api.service import QUERY_CPU_WORKERS, build_query_service  # noqa: E402
+from services.query_api.service import (  # noqa: E402
+    QUERY_CPU_WORKERS,
+    QueryService,
+    build_query_service,
+)
 
 QUICK_SIZE = 200
 PROFILED = ("local", "vector", "global")  # the modes with latency targets the runs missed
@@ -109,26 +117,36 @@ async def latencies(
     """Every question in every mode: p50/p99 latency and retrieval by doc_id; then where the
     time of the PROFILED modes goes (another pass each, every statement timed, outside the
     figures)."""
+    out: dict[str, Any] = {}
+    async with query_service(settings, url) as (service, engine):
+        for mode in MODES:
+            results = await run_questions(service, asked, mode, k, progress=False)
+            out[mode] = summarise(results, k)
+        for mode in PROFILED:
+            try:
+                out[f"{mode}_profile"] = await profile_mode(service, engine, asked, mode)
+            except Exception as exc:  # noqa: BLE001 - the profile must not lose the figures
+                out[f"{mode}_profile"] = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
+    return out
+
+
+@contextlib.asynccontextmanager
+async def query_service(
+    settings: Settings, url: str
+) -> AsyncIterator[tuple[QueryService, AsyncEngine]]:
+    """An in-process QueryService as the API builds it (its two model threads, the offline
+    models), on an engine without statement timeouts; disposed on exit."""
     engine = make_engine(url, timeouts=UNBOUNDED)
     client = process_client(settings)
     embedder, extractor = build_embedder(settings, client), build_extractor(settings, client)
-    out: dict[str, Any] = {}
     try:
         with ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS) as pool:  # the API's
-            service = build_query_service(
-                settings, engine, embedder, extractor, pool, client=client
+            yield (
+                build_query_service(settings, engine, embedder, extractor, pool, client=client),
+                engine,
             )
-            for mode in MODES:
-                results = await run_questions(service, asked, mode, k, progress=False)
-                out[mode] = summarise(results, k)
-            for mode in PROFILED:
-                try:
-                    out[f"{mode}_profile"] = await profile_mode(service, engine, asked, mode)
-                except Exception as exc:  # noqa: BLE001 - the profile must not lose the figures
-                    out[f"{mode}_profile"] = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
     finally:
         await engine.dispose()
-    return out
 
 
 def one_size(size: int, seed: int, n_questions: int) -> dict[str, Any]:
