@@ -72,15 +72,17 @@ async def profile_mode(
     asked: Sequence[dict[str, Any]],
     mode: str,
     top: int = 3,
+    caller: Caller | None = None,
 ) -> dict[str, Any]:
-    """Ask every question once more in ``mode`` with the statement timer attached: median
-    stage timings, the ``top`` statements by total time, and a plan of each at its slowest."""
+    """Ask every question once more in ``mode`` with the statement timer attached, as
+    ``caller`` (the operator when None): median stage timings, the ``top`` statements by total
+    time, and a plan of each at its slowest."""
     stages: dict[str, list[float]] = {}
-    operator = Caller.operator()
+    who = caller or Caller.operator()
     with StatementTimer(engine) as timer:
         for q in asked:
             req = QueryRequest(question=q["question"], mode=mode, k=20, explain=False)
-            response = await service.query(req, operator)
+            response = await service.query(req, who)
             for name, ms in response.timings.items():
                 stages.setdefault(name, []).append(ms)
     statements = []

@@ -18,11 +18,20 @@ class Caller:
     groups: frozenset[str] = field(default_factory=frozenset)
     admin: bool = False
     key_id: int | None = None
+    # Set per read transaction (services/query_api/visibility.widened), never from a key: every
+    # live document is visible to this caller in the transaction's snapshot, so its reads need
+    # no per-row visibility filter. It grants nothing an admin key grants (writes, status).
+    whole_corpus: bool = False
 
     @classmethod
     def operator(cls) -> Caller:
         """Direct database access (CLI, eval): sees everything, like an admin key."""
         return cls(admin=True)
+
+    @property
+    def unfiltered(self) -> bool:
+        """Reads run without the visibility filter: an admin, or a whole-corpus caller."""
+        return self.admin or self.whole_corpus
 
     def can_see(self, tenant: str | None, acl: Collection[str] | None) -> bool:
         """The visibility rule for one document (the SQL filters implement the same rule)."""

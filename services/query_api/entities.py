@@ -16,6 +16,7 @@ from services.query_api.visibility import (
     ends_visible,
     entity_facts,
     visible_evidence,
+    widened,
 )
 
 _SEARCH_ADMIN = (
@@ -80,9 +81,10 @@ async def search_entities(
     conn: AsyncConnection, name: str, limit: int, *, caller: Caller
 ) -> list[EntitySummary]:
     """Entities the caller can see whose name or alias matches ``name``, best match first."""
+    caller = await widened(conn, caller)
     values = {"key": entity_key(name), "name": name, "n": limit}
     rows = (await conn.execute(*_SEARCH.bind(caller, values))).all()
-    if caller.admin:
+    if caller.unfiltered:
         return [
             EntitySummary(
                 id=int(r[0]),
@@ -114,12 +116,13 @@ async def entity_detail(
 ) -> EntityDetail | None:
     """The entity with its strongest relationships, or None when it does not exist or the
     caller cannot see it (so existence does not leak)."""
+    caller = await widened(conn, caller)
     facts = (await entity_facts(conn, caller, [entity_id])).get(entity_id)
     if facts is None:
         return None
     rows = (await conn.execute(*_NEIGHBOURS.bind(caller, {"id": entity_id, "n": neighbours}))).all()
     label = {int(r[0]): str(r[1]) for r in rows}
-    if not caller.admin:
+    if not caller.unfiltered:
         others = await entity_facts(conn, caller, list(label))
         label = {e: f.name for e, f in others.items()}
     return EntityDetail(

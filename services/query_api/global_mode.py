@@ -16,11 +16,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
 from services.core.erasure import WithheldCache, withheld_communities
-from services.query_api.community_vectors import CommunityVectors
+from services.query_api.community_vectors import CommunityVectors, LevelVectors
 from services.query_api.lexical import or_query
 from services.query_api.retrieval import Retrieval
 from services.query_api.schemas import CommunityHit, CommunitySummary, Context, QueryRequest
-from services.query_api.visibility import DOC_VISIBLE, Filtered, community_visible
+from services.query_api.visibility import (
+    DOC_VISIBLE,
+    Filtered,
+    community_visible,
+    community_visible_to_all,
+    widened,
+)
 
 _BROAD = re.compile(
     r"\b(themes?|overall|overview|main|summar\w*|trends?|general|across|whole|all|"
@@ -40,6 +46,8 @@ _LEVELS = text(
 # Communities a restricted caller may read (docs/access-control.md): every contributing
 # document visible, checked live, before ranking and LIMIT (so before any LLM map step).
 _SHOWN = " AND " + community_visible("co")
+# ... and those a whole-corpus caller may read (the same rule with nothing else to hide).
+_SHOWN_TO_ALL = " AND " + community_visible_to_all("co")
 # Communities whose summary may quote a deleted document: read by nobody (core/erasure.py).
 _KEPT = " AND co.id <> ALL(CAST(:withheld AS bigint[]))"
 _EMBEDDING_HEAD = (
@@ -49,27 +57,38 @@ _EMBEDDING_HEAD = (
 )
 _EMBEDDING_ORDER = " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
 _BY_EMBEDDING = Filtered.of(
-    _EMBEDDING_HEAD + _EMBEDDING_ORDER, _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER
+    _EMBEDDING_HEAD + _EMBEDDING_ORDER,
+    _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER,
+    _EMBEDDING_HEAD + _SHOWN_TO_ALL + _EMBEDDING_ORDER,
 )
 # Ids are stable across snapshots: only the published one's rows (a retired one's summary may
 # quote a deleted document).
-_BY_ID = text(
-    "SELECT id, level, title, summary, rating, size FROM communities"
+_BY_ID_HEAD = (
+    "SELECT id, level, title, summary, rating, size FROM communities co"
     " WHERE snapshot_id = :s AND id = ANY(:ids)"
 )
+_BY_ID = Filtered.of(_BY_ID_HEAD, _BY_ID_HEAD + _SHOWN, _BY_ID_HEAD + _SHOWN_TO_ALL)
 _TEXT_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
     " FROM communities co WHERE snapshot_id = :s AND " + _AT_LEVEL + _KEPT
 )
 _TEXT_ORDER = " ORDER BY score DESC, rating DESC NULLS LAST, id LIMIT :n"
-_BY_TEXT = Filtered.of(_TEXT_HEAD + _TEXT_ORDER, _TEXT_HEAD + _SHOWN + _TEXT_ORDER)
+_BY_TEXT = Filtered.of(
+    _TEXT_HEAD + _TEXT_ORDER,
+    _TEXT_HEAD + _SHOWN + _TEXT_ORDER,
+    _TEXT_HEAD + _SHOWN_TO_ALL + _TEXT_ORDER,
+)
 _LIST_HEAD = (
     "SELECT id, level, parent_id, size, title, summary, rating FROM communities co"  # noqa: S608 - _KEPT is a constant
     " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)" + _KEPT
 )
 _LIST_ORDER = " ORDER BY level, rating DESC NULLS LAST, size DESC, id LIMIT :n"
-_LIST = Filtered.of(_LIST_HEAD + _LIST_ORDER, _LIST_HEAD + _SHOWN + _LIST_ORDER)
+_LIST = Filtered.of(
+    _LIST_HEAD + _LIST_ORDER,
+    _LIST_HEAD + _SHOWN + _LIST_ORDER,
+    _LIST_HEAD + _SHOWN_TO_ALL + _LIST_ORDER,
+)
 _QUERY_LEXEMES = text("SELECT tsvector_to_array(to_tsvector('english', :q))")
 _PASSAGES_HEAD = (
     "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
@@ -129,13 +148,15 @@ async def rank_communities(
         "q": vector_literal(embedding),
         "withheld": withheld,
     }
-    if caller.admin and vectors is not None:
-        # every community but the withheld is readable: rank in memory, read the n rows by id
-        ranked = await vectors.level(conn, snapshot_id, level)
-        best = ranked.top(embedding, n, exclude=withheld)
-        found = (await conn.execute(_BY_ID, {"s": snapshot_id, "ids": [i for i, _ in best]})).all()
-        by_id = {int(r[0]): r for r in found}
-        rows: list[tuple[Any, ...]] = [(*by_id[i][:6], cos) for i, cos in best if i in by_id]
+    if caller.unfiltered and vectors is not None:
+        rows = await _rank_in_memory(
+            conn,
+            await vectors.level(conn, snapshot_id, level),
+            embedding=embedding,
+            n=n,
+            params=params,
+            caller=caller,
+        )
     else:
         rows = [tuple(r) for r in (await conn.execute(*_BY_EMBEDDING.bind(caller, params))).all()]
     if not rows:
@@ -157,6 +178,33 @@ async def rank_communities(
         )
         for r in rows
     ]
+
+
+async def _rank_in_memory(
+    conn: AsyncConnection,
+    ranked: LevelVectors,
+    *,
+    embedding: Sequence[float],
+    n: int,
+    params: dict[str, Any],
+    caller: Caller,
+) -> list[tuple[Any, ...]]:
+    """Rank the level in memory, then read the winners by id: every community but the
+    withheld is readable by an admin; a whole-corpus caller's read drops the few that fail its
+    check (a member changed through a document deleted since), whose places the next ones by
+    rank take, until n are read or the level is exhausted."""
+    exclude = list(params["withheld"])
+    rows: list[tuple[Any, ...]] = []
+    while len(rows) < n:
+        best = ranked.top(embedding, n - len(rows), exclude=exclude)
+        if not best:
+            break
+        ids = [i for i, _ in best]
+        found = (await conn.execute(*_BY_ID.bind(caller, {**params, "ids": ids}))).all()
+        by_id = {int(r[0]): r for r in found}
+        rows += [(*by_id[i][:6], cos) for i, cos in best if i in by_id]
+        exclude += ids
+    return rows
 
 
 async def member_passages(
@@ -234,6 +282,7 @@ async def list_communities(
     erasures: WithheldCache | None = None,
 ) -> list[CommunitySummary]:
     """Communities of the snapshot (one level, or all) the caller may read, best rated first."""
+    caller = await widened(conn, caller)
     withheld = await _withheld(conn, snapshot_id, erasures)
     values = {"s": snapshot_id, "l": level, "n": limit, "withheld": withheld}
     rows = (await conn.execute(*_LIST.bind(caller, values))).all()

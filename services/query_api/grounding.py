@@ -181,7 +181,7 @@ async def ground(
         for r in (await conn.execute(*_FUZZY.bind(caller, {"s": span}))).all():
             if float(r[3]) >= FUZZY_MIN_SIMILARITY and int(r[0]) not in found:
                 found[int(r[0])] = (str(r[1]), int(r[2]), float(r[3]))
-    if not caller.admin:
+    if not caller.unfiltered:
         facts = await entity_facts(conn, caller, list(found))
         found = {
             e: (facts[e].name, facts[e].mentions, sim)

@@ -177,7 +177,7 @@ async def names_of(
     conn: AsyncConnection, entities: Sequence[int], caller: Caller
 ) -> tuple[dict[int, str], dict[int, int]]:
     names, counts = {}, {}
-    if not caller.admin:
+    if not caller.unfiltered:
         facts = await entity_facts(conn, caller, entities)
         return {e: f.name for e, f in facts.items()}, {e: f.mentions for e, f in facts.items()}
     for eid, name, count in (await conn.execute(_NAMES, {"e": list(entities)})).all():

@@ -42,6 +42,7 @@ from services.query_api.retrieval import (
 from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
 from services.query_api.snapshot import read_snapshot
 from services.query_api.vector import hybrid_search
+from services.query_api.visibility import widened
 
 T = TypeVar("T")
 # Model threads of a query process: the question's embedding and its NER run side by side.
@@ -244,6 +245,7 @@ class QueryService:
     ) -> Retrieval:
         """The mode's retrieval, falling back (global and path and local to vector, path to
         local) with a note when the mode finds nothing to go on."""
+        caller = await widened(conn, caller)  # one check a read: the filtered reads or not
         asked = _Asked(conn, req, embedding, await self.stats.get(conn), snapshot_id, caller)
         notes: list[str] = []
         if mode == "global":

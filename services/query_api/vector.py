@@ -48,7 +48,7 @@ async def vector_search(
 ) -> list[ScoredChunk]:
     """The k chunks nearest the query embedding (live documents the caller can see)."""
     await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
-    if not caller.admin:
+    if not caller.unfiltered:
         await _scan_until_k(conn)
     rows = await conn.execute(*_VECTOR.bind(caller, {"q": vector_literal(query_embedding), "k": k}))
     return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]

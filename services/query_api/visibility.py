@@ -9,7 +9,7 @@ keeps its plans."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -68,6 +68,29 @@ def visible_evidence(rel: str) -> str:
     )
 
 
+def _changed_through_unseen(member: str, doc_live: str) -> str:
+    """SQL: a member changed since the snapshot (``:s``) through a document that is not live
+    and visible now (``doc_live``: a predicate over ``documents d``)."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM community_members cm WHERE {member}"  # noqa: S608 - constants
+        "  AND cm.entity_id IN (SELECT g.ref_id FROM graph_changes g WHERE g.kind = 'node'"
+        "  AND g.id > (SELECT sn.watermark FROM snapshots sn WHERE sn.id = :s)"
+        f"  AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = g.doc_id AND {doc_live}))"
+        " OFFSET 0)"
+    )
+
+
+def _members(community: str) -> str:
+    return f"cm.snapshot_id = {community}.snapshot_id AND cm.community_id = {community}.id"
+
+
+def _has_mentions(member: str) -> str:
+    return (
+        "EXISTS (SELECT 1 FROM community_members cm JOIN mentions m ON m.entity_id = cm.entity_id"  # noqa: S608 - constants
+        f" WHERE {member} OFFSET 0)"
+    )
+
+
 def community_visible(community: str) -> str:
     """SQL: every document behind the community (mentions of its members, evidence of its
     internal edges) is visible, and there is at least one; and no member has changed since the
@@ -79,26 +102,32 @@ def community_visible(community: str) -> str:
     community's size whatever the statistics say. As joins, a snapshot the statistics had not
     seen yet (estimated at one row) was planned as the whole snapshot's check re-run for every
     community: minutes at 300 documents (issue 18, finding 0)."""
-    member = f"cm.snapshot_id = {community}.snapshot_id AND cm.community_id = {community}.id"
+    member = _members(community)
     hidden = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND " + DOC_VISIBLE + ")"  # noqa: S608 - DOC_VISIBLE is a constant
-    return (
-        "EXISTS (SELECT 1 FROM community_members cm JOIN mentions m ON m.entity_id = cm.entity_id"  # noqa: S608 - column names from constants; values bound
-        f" WHERE {member} OFFSET 0)"
-        " AND NOT EXISTS (SELECT 1 FROM community_members cm JOIN mentions m"
+    by_mentions = (
+        "NOT EXISTS (SELECT 1 FROM community_members cm JOIN mentions m"  # noqa: S608 - constants
         f" ON m.entity_id = cm.entity_id WHERE {member} AND {hidden.format(doc='m.doc_id')}"
         " OFFSET 0)"
-        " AND NOT EXISTS (SELECT 1 FROM community_members cm"
+    )
+    by_evidence = (
+        "NOT EXISTS (SELECT 1 FROM community_members cm"  # noqa: S608 - constants
         " JOIN relationships r ON r.source_id = cm.entity_id"
         " JOIN community_members ct ON ct.snapshot_id = cm.snapshot_id"
         "  AND ct.community_id = cm.community_id AND ct.entity_id = r.target_id"
         " JOIN relationship_evidence ev ON ev.relationship_id = r.id"
         f" WHERE {member} AND {hidden.format(doc='ev.doc_id')} OFFSET 0)"
-        f" AND NOT EXISTS (SELECT 1 FROM community_members cm WHERE {member}"
-        "  AND cm.entity_id IN (SELECT g.ref_id FROM graph_changes g WHERE g.kind = 'node'"
-        "  AND g.id > (SELECT sn.watermark FROM snapshots sn WHERE sn.id = :s)"
-        "  AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = g.doc_id"
-        "   AND NOT d.deleted AND " + DOC_VISIBLE + ")) OFFSET 0)"
     )
+    changed = _changed_through_unseen(member, "NOT d.deleted AND " + DOC_VISIBLE)
+    return f"{_has_mentions(member)} AND {by_mentions} AND {by_evidence} AND {changed}"
+
+
+def community_visible_to_all(community: str) -> str:
+    """``community_visible`` for a whole-corpus caller, who sees every live document: the
+    checks over the mentions and evidence of live documents hold by definition, what remains
+    is that some member still has a mention and that no member changed since the snapshot
+    through a document deleted since (the same rule, with nothing else to hide)."""
+    member = _members(community)
+    return _has_mentions(member) + " AND " + _changed_through_unseen(member, "NOT d.deleted")
 
 
 def params(caller: Caller) -> dict[str, object]:
@@ -108,15 +137,18 @@ def params(caller: Caller) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class Filtered:
-    """One read in two forms: as the operator runs it, and filtered for a restricted caller."""
+    """One read in its forms: as the operator runs it, filtered for a restricted caller, and
+    for a whole-corpus caller (the operator's form unless a read differs for them: community
+    summaries, which may quote a document deleted since the snapshot)."""
 
     admin: TextClause
     restricted: TextClause
+    whole: TextClause
 
     @classmethod
-    def of(cls, admin: str, restricted: str) -> Filtered:
-        """Both forms from SQL text."""
-        return cls(text(admin), text(restricted))
+    def of(cls, admin: str, restricted: str, whole: str | None = None) -> Filtered:
+        """The forms from SQL text."""
+        return cls(text(admin), text(restricted), text(admin if whole is None else whole))
 
     def bind(
         self, caller: Caller, values: Mapping[str, object]
@@ -124,7 +156,61 @@ class Filtered:
         """(statement, parameters) for the caller: ``conn.execute(*stmt.bind(caller, {...}))``."""
         if caller.admin:
             return self.admin, dict(values)
+        if caller.whole_corpus:
+            return self.whole, dict(values)
         return self.restricted, {**values, **params(caller)}
+
+
+# Whether a caller sees every live document, from the (tenant, acl) index of live documents
+# (migration 0013) without reading the documents themselves: no live document of another
+# tenant, and every distinct ACL of the caller's tenant shares a group with the caller. The
+# ACLs are walked one index probe each, in order, stopping at the first the caller does not
+# share; past WHOLE_CORPUS_ACL_PROBES of them the walk gives up (the caller keeps the filtered
+# reads), which bounds the check at that many probes (~0.05 ms each) in a corpus with a
+# distinct ACL per document, a small part of a query's budget.
+WHOLE_CORPUS_ACL_PROBES = 64
+_OTHER_TENANT = {
+    True: "EXISTS (SELECT 1 FROM documents d WHERE NOT d.deleted AND d.tenant IS NOT NULL)",
+    False: (
+        "EXISTS (SELECT 1 FROM documents d WHERE NOT d.deleted AND d.tenant IS NULL)"
+        " OR EXISTS (SELECT 1 FROM documents d WHERE NOT d.deleted AND d.tenant < :v_tenant)"
+        " OR EXISTS (SELECT 1 FROM documents d WHERE NOT d.deleted AND d.tenant > :v_tenant)"
+    ),
+}
+_IN_TENANT = {True: "d.tenant IS NULL", False: "d.tenant = :v_tenant"}
+
+
+def _whole_corpus_sql(no_tenant: bool) -> TextClause:
+    own = _IN_TENANT[no_tenant]
+    return text(
+        "WITH RECURSIVE walk(acl, step) AS ("  # noqa: S608 - constants; values bound
+        f" (SELECT d.acl, 1 FROM documents d WHERE NOT d.deleted AND {own}"
+        "   AND d.acl IS NOT NULL ORDER BY d.acl LIMIT 1)"
+        " UNION ALL"
+        f" SELECT (SELECT d.acl FROM documents d WHERE NOT d.deleted AND {own}"
+        "   AND d.acl > w.acl ORDER BY d.acl LIMIT 1), w.step + 1"
+        " FROM walk w WHERE w.acl && CAST(:v_groups AS text[]) AND w.step < :probes)"
+        f" SELECT NOT ({_OTHER_TENANT[no_tenant]})"
+        " AND NOT EXISTS (SELECT 1 FROM walk WHERE acl IS NOT NULL"
+        "  AND (NOT acl && CAST(:v_groups AS text[]) OR step >= :probes))"
+    )
+
+
+_WHOLE_CORPUS = {flag: _whole_corpus_sql(flag) for flag in (True, False)}
+
+
+async def widened(conn: AsyncConnection, caller: Caller) -> Caller:
+    """The caller for the reads of ``conn``'s transaction: marked whole-corpus when every live
+    document is visible to it in that transaction's snapshot (checked by ``can_see``'s rule
+    over the distinct (tenant, acl) of live documents), so its reads take the unfiltered
+    statements and plans; otherwise, and for admins, as given. Run inside the read
+    transaction, so the decision and the reads see the same documents."""
+    if caller.unfiltered:
+        return caller
+    values = {**params(caller), "probes": WHOLE_CORPUS_ACL_PROBES}
+    if await conn.scalar(_WHOLE_CORPUS[caller.tenant is None], values):
+        return replace(caller, whole_corpus=True)
+    return caller
 
 
 @dataclass(frozen=True)

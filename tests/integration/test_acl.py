@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
 from services.core.api_keys import create_key
@@ -32,12 +32,16 @@ from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.settings import Settings
-from services.query_api import vector
+from services.query_api import entities as entities_module
+from services.query_api import global_mode, vector, visibility
+from services.query_api import paths as paths_module
+from services.query_api import service as service_module
 from services.query_api.app import create_app
 from services.query_api.auth import get_caller
 from services.query_api.llm import OpenAIChat
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
+from services.query_api.visibility import widened
 from tests.conftest import Infra
 from tests.support.openai_stub import OpenAIStub
 from tests.support.query_fixtures import COMMUNITIES, SAMPLE, clone_database
@@ -506,3 +510,134 @@ async def test_global_map_reduce_sends_the_llm_only_visible_communities(
     for body in sent:
         assert summary[songs] not in body
         oracle.no_hidden_text(body)
+
+
+def _filtered_reads_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read takes the filtered statements, as before the whole-corpus check."""
+
+    async def as_given(_conn: object, caller: Caller) -> Caller:
+        return caller
+
+    for module in (service_module, entities_module, paths_module, global_mode):
+        monkeypatch.setattr(module, "widened", as_given)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+async def test_whole_corpus_check_follows_the_rule(env: Env, data: st.DataObject) -> None:
+    """A caller reads without filters exactly when ``Caller.can_see`` holds for every live
+    document (deleted ones do not count), whatever the tenants and ACLs."""
+    docs = env.corpus.docs
+    access, caller = data.draw(scenarios(docs), label="scenario")
+    gone = data.draw(st.sets(st.sampled_from(docs), max_size=3), label="deleted")
+    await env.assign(access)
+    async with env.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE documents SET deleted = doc_id = ANY(:g)"), {"g": sorted(gone)}
+        )
+        decided = await widened(conn, caller)
+        await conn.rollback()
+    expected = all(caller.can_see(*access[d]) for d in docs if d not in gone)
+    event(f"whole corpus: {expected}")
+    assert decided.whole_corpus is expected
+    assert decided.admin is False
+    no_conn = cast(AsyncConnection, _NoConn())
+    assert (await widened(no_conn, Caller.operator())).whole_corpus is False  # no question
+
+
+class _NoConn:
+    """A connection that must not be used."""
+
+    async def scalar(self, *_: object) -> None:
+        raise AssertionError("an admin needs no whole-corpus check")
+
+
+async def test_whole_corpus_check_gives_up_past_its_probes(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = env.corpus.docs
+    probes = 8  # the sample's 48 documents, one ACL each, are more than the check's probes
+    monkeypatch.setattr(visibility, "WHOLE_CORPUS_ACL_PROBES", probes)
+    access: dict[str, Access] = {d: (None, [f"g{i:03}"]) for i, d in enumerate(docs)}
+    await env.assign(access)
+    try:
+        every_group = Caller(groups=frozenset(a[0] for _, a in access.values() if a))
+        some_groups = Caller(groups=frozenset(f"g{i:03}" for i in range(probes - 1)))
+        async with env.engine.connect() as conn:
+            # Sees every document, but through more distinct ACLs than the check walks: the
+            # filtered reads, which are right, only slower.
+            assert not (await widened(conn, every_group)).whole_corpus
+            assert not (await widened(conn, some_groups)).whole_corpus
+        async with env.engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE documents SET acl = CAST(:a AS text[]) WHERE acl[1] >= :cut"),
+                {"a": ["g000"], "cut": f"g{probes - 1:03}"},
+            )
+            assert (await widened(conn, every_group)).whole_corpus
+            await conn.rollback()
+    finally:
+        await env.assign(dict.fromkeys(docs, OPEN))
+
+
+def _answers(data: dict[str, Any]) -> dict[str, Any]:
+    return {**_comparable(data), "answer": data["answer"]}
+
+
+@pytest.mark.parametrize("case", ["open", "groups", "deleted"])
+async def test_whole_corpus_reads_equal_the_filtered_reads(
+    env: Env, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """A caller who sees every live document gets, through the unfiltered statements, what the
+    filtered statements give it: every mode, entity look-ups, paths and community lists. The
+    cases: no tenants or ACLs (an anonymous caller); two tenants' worth of ACLs the caller
+    holds every group of; and a document deleted since the snapshot (the community rule's
+    part that still applies: no member changed through a deleted document)."""
+    docs = env.corpus.docs
+    caller = Caller()
+    access: dict[str, Access] = dict.fromkeys(docs, OPEN)
+    if case == "groups":
+        access = {d: ("t1", ["g1"] if i % 2 else ["g2", "g3"]) for i, d in enumerate(docs)}
+        caller = Caller(tenant="t1", groups=frozenset({"g1", "g3"}))
+    await env.assign(access)
+    behind = env.corpus.community_docs
+    biggest = behind[max(behind, key=lambda cid: len(behind[cid]))]
+    deleted = [min(biggest)] if case == "deleted" else []
+    cases = [(q, m) for m in MODES for q in QUESTIONS[-4:]]
+    leland = (await env.get(Caller.operator(), "/v1/entities", name="Leland")).json()
+    leland_id = leland["entities"][0]["id"]
+
+    async def observed() -> list[Any]:
+        out: list[Any] = [_answers(await env.ask(caller, question=q, mode=m)) for q, m in cases]
+        for path, params in (
+            ("/v1/entities", {"name": "Leland"}),
+            (f"/v1/entities/{leland_id}", {}),
+            ("/v1/paths", {"from": "Leland", "to": "Maximum Overdrive"}),
+            ("/v1/communities", {}),
+        ):
+            resp = await env.get(caller, path, **params)
+            out.append((resp.status_code, resp.json()))
+        return out
+
+    async with env.engine.begin() as conn:
+        await conn.execute(text("UPDATE documents SET deleted = doc_id = ANY(:g)"), {"g": deleted})
+    try:
+        async with env.engine.connect() as conn:
+            assert (await widened(conn, caller)).whole_corpus
+        fast = await observed()
+        with monkeypatch.context() as patched:
+            _filtered_reads_only(patched)
+            slow = await observed()
+    finally:
+        async with env.engine.begin() as conn:
+            await conn.execute(text("UPDATE documents SET deleted = false"))
+        await env.assign(dict.fromkeys(docs, OPEN))
+    assert fast == slow
+    communities = fast[-1][1]["communities"]
+    if case == "deleted":  # the rule removed something, or this case tests nothing
+        assert len(communities) < len(
+            (await env.get(caller, "/v1/communities")).json()["communities"]
+        )

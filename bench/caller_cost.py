@@ -1,0 +1,107 @@
+"""What a restricted caller pays against the operator (issue 20): on a kept eval database,
+every question once per mode as the operator (admin: the unfiltered statements) and as an
+anonymous caller (no key: tenant NULL, no groups, the visibility-filtered statements), one at a
+time through an in-process QueryService with the API's model threads; then the restricted
+caller's costliest statements with their plans (bench/_statement_profile.py).
+
+    .venv/bin/python bench/caller_cost.py --keep DIR --questions Q.jsonl [--modes local,global]
+        [--limit 50] [--top 5] [--out report.json]
+
+DIR is a `kgstream eval --keep` home (global mode needs its community snapshot). Prints p50 /
+p90 / p99 per mode and caller, and the profile as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _query_api import quantile  # noqa: E402
+from _statement_profile import profile_mode  # noqa: E402
+
+from services.core.access import Caller  # noqa: E402
+from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
+from services.core.settings import Settings  # noqa: E402
+from services.query_api.app import build_service  # noqa: E402
+from services.query_api.schemas import QueryRequest  # noqa: E402
+
+CALLERS = {"operator": Caller.operator(), "anonymous": Caller()}
+
+
+async def timed(service: Any, questions: list[str], mode: str, caller: Caller) -> list[float]:
+    out = []
+    for question in questions:
+        start = time.perf_counter()
+        await service.query(QueryRequest(question=question, mode=mode, k=10), caller)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    questions = [
+        json.loads(line)["question"]
+        for line in Path(args.questions).read_text().splitlines()
+        if line.strip()
+    ][: args.limit]
+    service = build_service(Settings(), url)
+    report: dict[str, Any] = {"questions": len(questions), "modes": {}}
+    try:
+        for mode in args.modes.split(","):
+            figures: dict[str, Any] = {}
+            for name, caller in CALLERS.items():
+                await timed(service, questions[:3], mode, caller)  # warm-up, untimed
+                ms = await timed(service, questions, mode, caller)
+                figures[name] = {
+                    "p50": round(statistics.median(ms), 1),
+                    "p90": round(quantile(ms, 0.9), 1),
+                    "p99": round(quantile(ms, 0.99), 1),
+                }
+                print(mode, name, figures[name], flush=True)
+            if args.top:
+                figures["anonymous_profile"] = await profile_mode(
+                    service,
+                    service.engine,
+                    [{"question": q} for q in questions],
+                    mode,
+                    args.top,
+                    CALLERS["anonymous"],
+                )
+            report["modes"][mode] = figures
+    finally:
+        await service.engine.dispose()
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", type=Path, required=True)
+    parser.add_argument("--questions", type=Path, required=True)
+    parser.add_argument("--modes", default="vector,local,global")
+    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    pg = EmbeddedPostgres(args.keep)
+    url = pg.start()
+    try:
+        report = asyncio.run(run(args, url))
+    finally:
+        pg.stop()
+    text = json.dumps(report, indent=1)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
