@@ -395,6 +395,7 @@ def status(
     from services.core.db.engine import DbTimeouts, make_engine
     from services.core.deadline import DeadlineExceeded, run_within
     from services.core.infra.manager import resolve_endpoints
+    from services.core.replication import replica_status
     from services.core.status import database_status
 
     settings = _settings()
@@ -402,13 +403,24 @@ def status(
     engine = make_engine(endpoints.database_url, timeouts=DbTimeouts.from_settings(settings))
 
     async def read() -> dict[str, Any]:
-        return await database_status(
-            engine,
-            bootstrap=endpoints.kafka_bootstrap_servers,
-            stall_after_s=settings.indexer_stall_after_s,
-            recompute_threshold=settings.recompute_threshold,
-            freshness_window_s=settings.status_freshness_window_s,
+        doc, replicas = await asyncio.gather(
+            database_status(
+                engine,
+                bootstrap=endpoints.kafka_bootstrap_servers,
+                stall_after_s=settings.indexer_stall_after_s,
+                recompute_threshold=settings.recompute_threshold,
+                freshness_window_s=settings.status_freshness_window_s,
+            ),
+            # each replica within half the budget: a hung one leaves the rest of the report
+            replica_status(
+                engine,
+                settings.database_read_urls,
+                DbTimeouts.from_settings(settings),
+                settings.status_timeout_s / 2,
+                settings.read_max_lag_s,
+            ),
         )
+        return {**doc, "replicas": replicas}
 
     async def go() -> dict[str, Any] | None:
         try:

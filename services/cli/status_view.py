@@ -30,6 +30,7 @@ def render(data: dict[str, Any]) -> str:
         "snapshots",
         "tokens",
         "processes",
+        "replicas",
     }
     for key, value in data.items():
         if key not in sections:
@@ -81,7 +82,22 @@ def render(data: dict[str, Any]) -> str:
             f"{'indexer':>18}: {p['topic']}/{p['partition']} {state}: next offset "
             f"{p['next_offset']}, lag {p['lag']}, idle {p['idle_s']}s{retry}"
         )
+    lines.extend(_replica_lines(data.get("replicas", [])))
     return "\n".join(lines)
+
+
+def _replica_lines(replicas: list[dict[str, Any]]) -> list[str]:
+    """One line per read replica: its replay lag, whether the API reads from it, or its error."""
+    lines = []
+    for r in replicas:
+        if r["error"]:
+            state = f"NOT USED: {r['error']}"
+        else:
+            paused = ", replay paused" if r.get("replay_paused") else ""
+            used = "used" if r.get("usable") else "NOT USED (behind the max lag)"
+            state = f"lag {r['lag_bytes']} bytes, {_s(r['lag_s'])}{paused}: {used}"
+        lines.append(f"{'replica':>18}: {r['name']} {r['database']} {state}")
+    return lines
 
 
 async def watch(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from services.core.cpu_budget import parse_cpu_threads
+from services.core.errors import ConfigurationError
 
 
 class Settings(BaseSettings):
@@ -62,6 +66,49 @@ class Settings(BaseSettings):
         default=10.0,
         gt=0,
         description="Time budget of `kgstream status` (one read): beyond it, an error and exit 1.",
+    )
+    # --- read replicas (issue 20; docs/deployment.md, "Read replicas") --------------------
+    database_read_url: str | None = Field(
+        default=None,
+        description="Streaming replicas of the database the query API reads queries from (one "
+        "PostgreSQL URL, or several separated by commas). Writes, API keys, ingest and status "
+        "stay on KGSTREAM_DATABASE_URL. Unset: every read goes to the primary.",
+    )
+    read_fallback: Literal["primary", "unavailable"] = Field(
+        default="primary",
+        description="When no replica is usable (down, or further behind than "
+        "KGSTREAM_READ_MAX_LAG_S) or one has not caught up with a query's min_snapshot / "
+        "after_event within KGSTREAM_READ_WAIT_MAX_S: primary = read from the primary; "
+        "unavailable = answer 503 (no replica usable) or 409 (not caught up).",
+    )
+    read_max_lag_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="A replica whose replay lag exceeds this is not read from. 3 s is the "
+        "freshness target (published -> answerable, p99): a replica further behind would miss "
+        "it on its own.",
+    )
+    read_wait_max_s: float = Field(
+        default=3.0,
+        ge=0,
+        description="Longest a query with min_snapshot or after_event waits for its read target "
+        "to have it: 409 beyond it. 3 s is the freshness target (published -> answerable, p99), "
+        "so a caller asking right after publishing is answered whenever the pipeline meets it. "
+        "Below KGSTREAM_QUERY_TIMEOUT_S.",
+    )
+    read_replica_check_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the query API measures each replica's lag (one statement on the "
+        "primary and one per replica, on connections of their own): lag decisions and /readyz "
+        "figures are at most this old plus one check.",
+    )
+    read_replica_retry_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="A replica that failed to connect or errored is not read from for this long; "
+        "then the next successful check puts it back. 5 s = the default connect timeout: a dead "
+        "replica costs the readers at most one failed connect per period.",
     )
 
     # --- topics ---------------------------------------------------------
@@ -468,6 +515,26 @@ class Settings(BaseSettings):
                 return "postgresql+psycopg://" + value[len(prefix) :]
         return value
 
+    @field_validator("database_read_url")
+    @classmethod
+    def _read_urls(cls, value: str | None) -> str | None:
+        """Each replica URL normalised like database_url; a clear error for one that is not."""
+        if value is None or not value.strip():
+            return None
+        urls = [u.strip() for u in value.split(",") if u.strip()]
+        normalised = [cls._normalise_dsn(u) or "" for u in urls]
+        for given, url in zip(urls, normalised, strict=True):
+            problem = _read_url_problem(url)
+            if problem:  # a ConfigurationError: pydantic would echo the input (a password)
+                raise ConfigurationError(
+                    f"KGSTREAM_DATABASE_READ_URL: {_masked(given)!r} {problem} (expected "
+                    "postgresql://user:password@host:port/dbname, several separated by commas; "
+                    "a comma inside a password is written %2C)"
+                )
+        if len(set(normalised)) != len(normalised):
+            raise ConfigurationError("KGSTREAM_DATABASE_READ_URL names the same replica twice")
+        return ",".join(normalised)
+
     @field_validator("cpu_threads")
     @classmethod
     def _cpu_threads(cls, value: str) -> str:
@@ -487,8 +554,38 @@ class Settings(BaseSettings):
             raise ValueError("embedding_backend=openai needs KGSTREAM_OPENAI_BASE_URL")
         if self.extractor_backend == "openai" and not self.openai_base_url:
             raise ValueError("extractor_backend=openai needs KGSTREAM_OPENAI_BASE_URL")
+        if self.read_wait_max_s >= self.query_timeout_s:  # (not echoing the input's URLs)
+            raise ConfigurationError(
+                "KGSTREAM_READ_WAIT_MAX_S must be below KGSTREAM_QUERY_TIMEOUT_S (a request that "
+                "waits for a replica must still have time to answer)"
+            )
         return self
 
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser().resolve()
+
+    @property
+    def database_read_urls(self) -> list[str]:
+        """The replica URLs of KGSTREAM_DATABASE_READ_URL, in order (empty: none)."""
+        return self.database_read_url.split(",") if self.database_read_url else []
+
+
+def _read_url_problem(url: str) -> str:
+    """Why ``url`` cannot be a replica's SQLAlchemy URL ("" when it can)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "is not a URL"
+    if parsed.drivername != "postgresql+psycopg":
+        return "is not a PostgreSQL URL"
+    if not parsed.host:
+        return "names no host"
+    if not parsed.database:
+        return "names no database"
+    return ""
+
+
+def _masked(url: str) -> str:
+    """``url`` with any password replaced, for error messages."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)

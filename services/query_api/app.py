@@ -28,6 +28,7 @@ from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
 from services.query_api.probe_server import ProbeServer
 from services.query_api.readiness import Readiness
+from services.query_api.replicas import ReadRouter, measuring
 from services.query_api.routes import router
 from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
 
@@ -37,14 +38,16 @@ log = logging.getLogger(__name__)
 def build_service(settings: Settings, database_url: str) -> QueryService:
     """The query service with its engine and models (used by the API and the CLI)."""
     client = process_client(settings)  # the process's one OpenAI client (None offline)
+    engine = make_engine(database_url, timeouts=DbTimeouts.from_settings(settings))
     return build_query_service(
         settings,
-        make_engine(database_url, timeouts=DbTimeouts.from_settings(settings)),
+        engine,
         build_embedder(settings, client),
         build_extractor(settings, client),
         ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS, thread_name_prefix="kgstream-query"),
         client=client,
         meter=PrometheusModelMeter(),
+        reads=ReadRouter.from_settings(settings, engine),  # KGSTREAM_DATABASE_READ_URL
     )
 
 
@@ -60,7 +63,7 @@ def create_app(
     )
     # The probe reads the database the queries read, on a connection of its own.
     query_db = svc.engine.url.render_as_string(hide_password=False)
-    readiness = Readiness(settings, query_db, endpoints.kafka_bootstrap_servers)
+    readiness = Readiness(settings, query_db, endpoints.kafka_bootstrap_servers, svc.reads)
 
     # Registered in the processes table with the address of its own /metrics.
     ops = ProcessOps(
@@ -81,7 +84,8 @@ def create_app(
                 port = settings.api_probe_port
                 probes = ProbeServer(readiness, heartbeat, settings.api_host, port)
                 log.info("probes also on %s", await asyncio.to_thread(probes.start))
-            async with dashboard.sampling(app):
+            # the replicas' lag is measured while serving (none is read before its first check)
+            async with dashboard.sampling(app), measuring(svc.reads):
                 yield
         finally:
             ticking.cancel()

@@ -46,6 +46,41 @@ HTTP_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 REJECTED = Counter("kgstream_api_rejected_total", "Requests refused by a limit", ["limit"])
+# Read replicas (issue 20; services/query_api/replicas.py). Targets and replicas are named
+# primary and replica-<n> (the n-th URL of KGSTREAM_DATABASE_READ_URL): a bounded set.
+READS = Counter(
+    "kgstream_query_reads_total",
+    "Read transactions of queries and graph reads, by database (primary, replica-<n>)",
+    ["target"],
+)
+READ_FALLBACKS = Counter(
+    "kgstream_query_read_fallbacks_total",
+    "Reads sent to the primary although replicas are configured, by reason "
+    "(no_usable_replica, not_caught_up)",
+    ["reason"],
+)
+READ_WAIT_SECONDS = Histogram(
+    "kgstream_query_read_wait_seconds",
+    "Time reads with min_snapshot or after_event waited for their database, by outcome "
+    "(met, refused)",
+    ["outcome"],
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10),
+)
+REPLICA_LAG_BYTES = Gauge(
+    "kgstream_replica_lag_bytes",
+    "WAL the replica has not replayed (primary flush position - replay position; NaN unknown)",
+    ["replica"],
+)
+REPLICA_LAG_SECONDS = Gauge(
+    "kgstream_replica_lag_seconds",
+    "Age of the newest transaction the replica shows, 0 when caught up (NaN unknown)",
+    ["replica"],
+)
+REPLICA_USABLE = Gauge(
+    "kgstream_replica_usable",
+    "1 when reads may go to the replica (checked, answering, within KGSTREAM_READ_MAX_LAG_S)",
+    ["replica"],
+)
 # Every label of the HTTP metrics comes from a bounded set: the middleware runs before auth,
 # so anyone could otherwise add series (a random method each) until /metrics is megabytes.
 UNMATCHED = "unmatched"  # the route label of a path no route serves

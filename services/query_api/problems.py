@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
 from services.core.errors import ConfigurationError, TransientError
+from services.query_api.replicas import NotCaughtUp
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
@@ -105,6 +106,18 @@ def install(app: FastAPI) -> None:
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
         return problem(
             exc.status, exc.title, exc.detail, request.url.path, exc.headers, **exc.extra
+        )
+
+    @app.exception_handler(NotCaughtUp)
+    async def _not_caught_up(request: Request, exc: NotCaughtUp) -> JSONResponse:
+        return problem_response(
+            request,
+            409,
+            "Not caught up",
+            str(exc),
+            waited_for=exc.waited_for,
+            waited_s=exc.waited_s,
+            seen_snapshot=exc.seen_snapshot,
         )
 
     @app.exception_handler(TransientError)

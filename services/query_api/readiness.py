@@ -4,7 +4,10 @@ pool, which a query flood holds), on an event loop of its own (not the one the f
 saturates), one check at a time, and answers within ``readiness_budget_s``: 503 naming what did
 not answer beyond it. The indexer's state uses the stall rule of `kgstream status` (retrying
 too long, or records waiting at the broker while the offset stands still), with end offsets
-from the broker asked on that loop too and bounded by the same budget."""
+from the broker asked on that loop too and bounded by the same budget. Read replicas (issue 20)
+are reported as their monitor last measured them (replica_monitor.py: its own loop, each check
+within the same budget), so a hung replica costs /readyz nothing; 503 also when no replica is
+usable and KGSTREAM_READ_FALLBACK=unavailable (no query could be answered)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from services.core.db.engine import DbTimeouts, make_engine
 from services.core.deadline import BackgroundLoop, DeadlineExceeded, LoopStopped, SingleFlight
 from services.core.indexer_health import OffsetReader, health, read_progress
 from services.core.settings import Settings
+from services.query_api.replicas import ReadRouter
 from services.query_api.snapshot import read_snapshot
 
 ENDS_MAX_AGE_S = 30.0
@@ -36,8 +40,15 @@ class ReadyState:
 class Readiness:
     """Answers /readyz; ``close`` at shutdown."""
 
-    def __init__(self, settings: Settings, database_url: str, bootstrap: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        database_url: str,
+        bootstrap: str,
+        reads: ReadRouter | None = None,
+    ) -> None:
         budget = settings.readiness_budget_s
+        self._reads = reads  # the replicas' lag as last checked: no replica I/O here
         self._stall_after_s = settings.indexer_stall_after_s
         # Its own connection, whose statements the server also cuts at the budget.
         self._engine = make_engine(
@@ -80,12 +91,16 @@ class Readiness:
         return self._loop.submit(work)
 
     async def _answer(self) -> tuple[int, dict[str, Any]]:
+        replicas = self._reads.report() if self._reads is not None else []
         try:
             state = await self._check()
         except DeadlineExceeded as exc:
-            return 503, {"status": "unavailable", "detail": str(exc)}
+            return 503, {"status": "unavailable", "detail": str(exc), "replicas": replicas}
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure
-            return 503, {"status": "unavailable", "detail": str(exc)[:300]}
+            return 503, {"status": "unavailable", "detail": str(exc)[:300], "replicas": replicas}
+        unserved = self._reads.serviceable() if self._reads is not None else ""
+        if unserved:
+            return 503, {"status": "unavailable", "detail": unserved, "replicas": replicas}
         doc = state.indexer
         stalled = sorted(
             f"{p['topic']}/{p['partition']}" for p in doc["partitions"] if p["stalled"]
@@ -98,6 +113,7 @@ class Readiness:
             "stalled_partitions": stalled,
             "lag_source": doc["lag_source"],
             "snapshot": state.snapshot_id,
+            "replicas": replicas,
         }
 
     def close(self) -> None:

@@ -42,7 +42,6 @@ from services.query_api.schemas import (
     QueryResponse,
 )
 from services.query_api.service import QueryService
-from services.query_api.snapshot import read_snapshot
 
 router = APIRouter()
 
@@ -88,7 +87,7 @@ async def entities(
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
 ) -> dict[str, Any]:
     """Entities whose name or alias matches, best first."""
-    async with read_snapshot(svc.engine) as (conn, snapshot_id):
+    async with svc.read() as (conn, snapshot_id):
         found = await search_entities(conn, name, limit, caller=caller)
     return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
 
@@ -103,7 +102,7 @@ async def entity(
     neighbours: Annotated[int, Query(ge=0, le=200)] = 25,
 ) -> EntityDetail:
     """One entity with its strongest relationships and their best evidence."""
-    async with read_snapshot(svc.engine) as (conn, _):
+    async with svc.read() as (conn, _):
         found = await entity_detail(conn, entity_id, neighbours, caller=caller)
     if found is None:
         raise Problem(404, "Entity not found", f"no entity has id {entity_id}")
@@ -121,7 +120,7 @@ async def paths(
     max_hops: Annotated[int, Query(ge=1, le=MAX_HOPS)] = MAX_HOPS,
 ) -> PathsResponse:
     """k shortest paths (≤ max_hops) between two entities given by id or name."""
-    async with read_snapshot(svc.engine) as (conn, snapshot_id):
+    async with svc.read() as (conn, snapshot_id):
         ends = [
             await _resolve(conn, source, "from", caller),
             await _resolve(conn, target, "to", caller),
@@ -152,7 +151,7 @@ async def communities(
 ) -> CommunitiesResponse:
     """Communities of the published snapshot (one level, or all) the caller may read, best
     rated first."""
-    async with read_snapshot(svc.engine) as (conn, snapshot_id):
+    async with svc.read() as (conn, snapshot_id):
         found = []
         if snapshot_id is not None:
             found = await list_communities(
@@ -231,15 +230,17 @@ async def delete_document(
 async def status(request: Request, svc: ServiceDep) -> dict[str, Any]:
     """Row counts, the published snapshot, the indexer's progress, lag and stalls, and recent
     activity: throughput, freshness, dead letters by reason, change ratio against the
-    threshold, snapshot history, token use."""
+    threshold, snapshot history, token use; each read replica's replay lag."""
     settings = request.app.state.settings
-    return await database_status(
+    doc = await database_status(
         svc.engine,
         bootstrap=get_publisher(request).bootstrap,
         stall_after_s=settings.indexer_stall_after_s,
         recompute_threshold=settings.recompute_threshold,
         freshness_window_s=settings.status_freshness_window_s,
     )
+    doc["replicas"] = svc.reads.report() if svc.reads is not None else []  # their last check
+    return doc
 
 
 @router.get("/healthz", tags=["operations"])

@@ -60,6 +60,24 @@ class QueryRequest(BaseModel):
         description="Community level for global mode (default: chosen by the question's breadth).",
     )
     explain: bool = Field(default=True, description="Include paths, grounding and why-notes.")
+    min_snapshot: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**63 - 1,
+        description="Answer from community snapshot min_snapshot or a later one (a snapshot_id "
+        "from an earlier answer or a kgstream.snapshots event). The read waits up to "
+        "KGSTREAM_READ_WAIT_MAX_S for its database (a replica, or the primary) to have it "
+        "published; 409 otherwise.",
+    )
+    after_event: Annotated[str, NoControl] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Answer from a state that includes this document event (an event_id you "
+        "published): the read waits up to KGSTREAM_READ_WAIT_MAX_S until the indexer has "
+        "processed it and the read's database shows it; 409 otherwise (an event that was "
+        "dead-lettered never arrives: see the dead letters).",
+    )
 
 
 class Context(BaseModel):

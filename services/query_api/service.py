@@ -9,6 +9,7 @@ import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -33,6 +34,7 @@ from services.query_api.local import LocalMethods, LocalWeights, Ranker, local_s
 from services.query_api.map_reduce import map_reduce
 from services.query_api.multistep import FollowUps
 from services.query_api.paths import path_retrieve
+from services.query_api.replicas import ReadRouter, Wanted
 from services.query_api.retrieval import (
     Retrieval,
     answer_contexts,
@@ -40,7 +42,6 @@ from services.query_api.retrieval import (
     contexts_for,
 )
 from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
-from services.query_api.snapshot import read_snapshot
 from services.query_api.vector import hybrid_search
 from services.query_api.visibility import widened
 
@@ -111,6 +112,14 @@ class QueryService:
     community_vectors: CommunityVectors = field(default_factory=CommunityVectors)
     withheld: WithheldCache = field(default_factory=WithheldCache)  # core/erasure.py
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
+    reads: ReadRouter | None = None  # replicas or the primary (services/query_api/replicas.py)
+
+    def read(
+        self, want: Wanted | None = None
+    ) -> AbstractAsyncContextManager[tuple[AsyncConnection, int | None]]:
+        """A read-only REPEATABLE READ transaction on the published snapshot (connection,
+        snapshot id), on a replica or the primary, showing at least ``want``."""
+        return (self.reads or ReadRouter(self.engine)).snapshot(want)
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run model code in the executor, off the event loop."""
@@ -125,7 +134,7 @@ class QueryService:
         t_route = time.perf_counter()
         embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
-        async with read_snapshot(self.engine) as (conn, snapshot_id):
+        async with self.read(Wanted.of(req)) as (conn, snapshot_id):
             result = await self._retrieve(
                 conn,
                 req,
@@ -200,7 +209,7 @@ class QueryService:
 
         async def search(query: str, start: ChainStart | None) -> Retrieval:
             embedding, spans = await self._read_question(query, with_spans=True)
-            async with read_snapshot(self.engine) as (conn, snapshot_id):
+            async with self.read(Wanted.of(req)) as (conn, snapshot_id):
                 return await self._retrieve(
                     conn,
                     req.model_copy(update={"question": query}),
@@ -214,7 +223,7 @@ class QueryService:
 
         count = functools.partial(self._count, usage, purpose="followup")
         if await follow.run(req.question, result, req.k, search=search, count=count):
-            async with read_snapshot(self.engine) as (conn, _):
+            async with self.read(Wanted.of(req)) as (conn, _):
                 result.mentions = await context_mentions(conn, answer_contexts(result))
 
     async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
@@ -380,8 +389,10 @@ def build_query_service(
     *,
     client: openai.OpenAI | None = None,
     meter: ModelMeter = NO_METER,
+    reads: ReadRouter | None = None,
 ) -> QueryService:
-    """A QueryService with the configured knobs and, given the process's client, the LLM."""
+    """A QueryService with the configured knobs and, given the process's client, the LLM;
+    ``reads``: where reads go (default: the primary, with the configured wait)."""
     llm: ChatModel | None = None
     if client is not None:
         llm = OpenAIChat(client, settings.llm_model, settings.llm_max_attempts)
@@ -393,6 +404,7 @@ def build_query_service(
         config=QueryConfig.from_settings(settings),
         llm=llm,
         meter=meter,
+        reads=reads or ReadRouter.from_settings(settings, engine, replicas=False),
     )
 
 

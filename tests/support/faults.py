@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Protocol
 
 import psycopg
 
@@ -182,7 +183,11 @@ def release_chunk_inserts(settings: Settings) -> None:
         conn.execute("DROP FUNCTION hold()")
 
 
-def postgres_pids(pg: EmbeddedPostgres, *, backends: bool = True) -> list[int]:
+class _Server(Protocol):
+    def pid(self) -> int | None: ...
+
+
+def postgres_pids(pg: _Server, *, backends: bool = True) -> list[int]:
     """The postmaster, and with ``backends`` every process it started."""
     postmaster = pg.pid()
     assert postmaster is not None
