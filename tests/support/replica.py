@@ -124,10 +124,10 @@ class Standby:
                 raise RuntimeError(f"standby did not start: {started.stdout}\n{self.log()}")
             time.sleep(0.2)
 
-    def stop(self) -> None:
-        """Fast shutdown, if it runs."""
+    def stop(self, mode: str = "fast") -> None:
+        """Shut it down (pg_ctl's ``mode``), if it runs."""
         if self.pid() is not None:
-            self._run("pg_ctl", "stop", "-m", "fast", "-w", "-t", "60", "-D", str(self.data_dir))
+            self._run("pg_ctl", "stop", "-m", mode, "-w", "-t", "60", "-D", str(self.data_dir))
 
     def kill(self) -> None:
         """SIGKILL the postmaster (its backends end when they notice) and wait until the port
@@ -179,8 +179,9 @@ class Standby:
             return cur.fetchall() if cur.description else []
 
     def remove(self) -> None:
-        """Stop it (or what a kill left) and delete its files."""
-        self.stop()
+        """Stop it (or what a kill left) and delete its files: no shutdown checkpoint, the
+        files are going."""
+        self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
 
     def log(self) -> str:
