@@ -1,11 +1,13 @@
 """What a restricted caller pays against the operator (issue 20): on a kept eval database,
 every question once per mode as the operator (admin: the unfiltered statements) and as an
-anonymous caller (no key: tenant NULL, no groups, the visibility-filtered statements), one at a
-time through an in-process QueryService with the API's model threads; then the restricted
-caller's costliest statements with their plans (bench/_statement_profile.py).
+anonymous caller (no key: tenant NULL, no groups; every document is visible to it here, so it
+reads as the operator does) and, with --half, a caller who sees half the documents (the
+visibility-filtered statements), one at a time through an in-process QueryService with the
+API's model threads; then the most restricted caller's costliest statements with their plans
+(bench/_statement_profile.py).
 
     .venv/bin/python bench/caller_cost.py --keep DIR --questions Q.jsonl [--modes local,global]
-        [--limit 50] [--top 5] [--out report.json]
+        [--limit 50] [--top 5] [--half] [--out report.json]
 
 DIR is a `kgstream eval --keep` home (global mode needs its community snapshot). Prints p50 /
 p90 / p99 per mode and caller, and the profile as JSON.
@@ -22,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import text
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -36,6 +40,14 @@ from services.query_api.app import build_service  # noqa: E402
 from services.query_api.schemas import QueryRequest  # noqa: E402
 
 CALLERS = {"operator": Caller.operator(), "anonymous": Caller()}
+# --half: every other document (by doc_id) gets the ACL ["g1"] for the run (restored after),
+# and a third caller, in group g2, sees only the other half: the filtered reads.
+HALF = Caller(groups=frozenset({"g2"}))
+_SET_HALF = (
+    "UPDATE documents d SET acl = CASE WHEN o.i % 2 = 0 THEN CAST(:acl AS text[]) END"
+    " FROM (SELECT doc_id, row_number() OVER (ORDER BY doc_id) AS i FROM documents) o"
+    " WHERE o.doc_id = d.doc_id"
+)
 
 
 async def timed(service: Any, questions: list[str], mode: str, caller: Caller) -> list[float]:
@@ -47,18 +59,19 @@ async def timed(service: Any, questions: list[str], mode: str, caller: Caller) -
     return out
 
 
-async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
-    questions = [
-        json.loads(line)["question"]
-        for line in Path(args.questions).read_text().splitlines()
-        if line.strip()
-    ][: args.limit]
+async def run(args: argparse.Namespace, url: str, questions: list[str]) -> dict[str, Any]:
     service = build_service(Settings(), url)
     report: dict[str, Any] = {"questions": len(questions), "modes": {}}
+    callers = dict(CALLERS)
+    if args.half:
+        callers["half"] = HALF
+        async with service.engine.begin() as conn:
+            await conn.execute(text(_SET_HALF), {"acl": ["g1"]})
+    profiled = callers["half" if args.half else "anonymous"]
     try:
         for mode in args.modes.split(","):
             figures: dict[str, Any] = {}
-            for name, caller in CALLERS.items():
+            for name, caller in callers.items():
                 await timed(service, questions[:3], mode, caller)  # warm-up, untimed
                 ms = await timed(service, questions, mode, caller)
                 figures[name] = {
@@ -68,16 +81,19 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 }
                 print(mode, name, figures[name], flush=True)
             if args.top:
-                figures["anonymous_profile"] = await profile_mode(
+                figures["restricted_profile"] = await profile_mode(
                     service,
                     service.engine,
                     [{"question": q} for q in questions],
                     mode,
                     args.top,
-                    CALLERS["anonymous"],
+                    profiled,
                 )
             report["modes"][mode] = figures
     finally:
+        if args.half:
+            async with service.engine.begin() as conn:
+                await conn.execute(text("UPDATE documents SET acl = NULL"))
         await service.engine.dispose()
     return report
 
@@ -89,12 +105,18 @@ def main() -> None:
     parser.add_argument("--modes", default="vector,local,global")
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--half", action="store_true", help="also a caller seeing half")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     pg = EmbeddedPostgres(args.keep)
     url = pg.start()
     try:
-        report = asyncio.run(run(args, url))
+        questions = [
+            json.loads(line)["question"]
+            for line in args.questions.read_text().splitlines()
+            if line.strip()
+        ][: args.limit]
+        report = asyncio.run(run(args, url, questions))
     finally:
         pg.stop()
     text = json.dumps(report, indent=1)

@@ -139,7 +139,7 @@ async def rank_communities(
     erasures: WithheldCache | None = None,
 ) -> list[CommunityHit]:
     """The n communities of the level (None: the leaves) the caller may read, closest to the
-    question (ranked in memory from ``vectors`` when the caller may read them all)."""
+    question (ranked in memory from ``vectors`` when given, then checked for the caller)."""
     withheld = await _withheld(conn, snapshot_id, erasures)
     params = {
         "s": snapshot_id,
@@ -148,7 +148,7 @@ async def rank_communities(
         "q": vector_literal(embedding),
         "withheld": withheld,
     }
-    if caller.unfiltered and vectors is not None:
+    if vectors is not None:
         rows = await _rank_in_memory(
             conn,
             await vectors.level(conn, snapshot_id, level),
@@ -189,10 +189,13 @@ async def _rank_in_memory(
     params: dict[str, Any],
     caller: Caller,
 ) -> list[tuple[Any, ...]]:
-    """Rank the level in memory, then read the winners by id: every community but the
-    withheld is readable by an admin; a whole-corpus caller's read drops the few that fail its
-    check (a member changed through a document deleted since), whose places the next ones by
-    rank take, until n are read or the level is exhausted."""
+    """Rank the level in memory, then read the winners by id with the caller's check: those
+    the caller may not read drop out and the next ones by rank take their places. An admin or
+    whole-corpus caller loses few (withheld or changed through a deleted document) and reads
+    on until n are read or the level is exhausted; a restricted caller reads the first n so,
+    and when some failed its check, the rest in one ranking statement that checks every
+    community left (the filtered ranking's cost, which is what a caller who may read few
+    communities would pay anyway)."""
     exclude = list(params["withheld"])
     rows: list[tuple[Any, ...]] = []
     while len(rows) < n:
@@ -204,6 +207,12 @@ async def _rank_in_memory(
         by_id = {int(r[0]): r for r in found}
         rows += [(*by_id[i][:6], cos) for i, cos in best if i in by_id]
         exclude += ids
+        if len(rows) < n and not caller.unfiltered:
+            rest = {**params, "withheld": exclude, "n": n - len(rows)}
+            rows += [
+                tuple(r) for r in (await conn.execute(*_BY_EMBEDDING.bind(caller, rest))).all()
+            ]
+            break
     return rows
 
 
