@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
+from tests.support.replica import Standby  # noqa: E402
 
 
 def free_port() -> int:
@@ -34,12 +35,31 @@ def quantile(values: list[float], q: float) -> float:
 
 @contextlib.contextmanager
 def kept_query_api(
-    keep: Path, *, code: Path = ROOT, env: Mapping[str, str] | None = None
+    keep: Path, *, code: Path = ROOT, env: Mapping[str, str] | None = None, replicas: int = 0
 ) -> Iterator[str]:
     """The base URL of a ready query API on the database kept in ``keep`` (a `kgstream eval
-    --keep` home), run from the source tree ``code`` with ``env`` added; stopped afterwards."""
+    --keep` home), run from the source tree ``code`` with ``env`` added; stopped afterwards.
+    ``replicas``: that many streaming standbys of it (tests/support/replica.py) are made, and
+    every query read goes to them (KGSTREAM_READ_FALLBACK=unavailable: none to the primary)."""
     pg = EmbeddedPostgres(keep)
     url = pg.start()
+    with contextlib.ExitStack() as standbys:
+        read_env = {}
+        if replicas:
+            made = [Standby(pg).create() for _ in range(replicas)]
+            for standby in made:
+                standbys.callback(standby.remove)
+            database = url.rsplit("/", 1)[1]
+            read_env = {
+                "KGSTREAM_DATABASE_READ_URL": ",".join(s.url(database) for s in made),
+                "KGSTREAM_READ_FALLBACK": "unavailable",
+            }
+        with _api(pg, url, code, {**read_env, **(env or {})}) as base:
+            yield base
+
+
+@contextlib.contextmanager
+def _api(pg: EmbeddedPostgres, url: str, code: Path, env: Mapping[str, str]) -> Iterator[str]:
     port = free_port()
     full = {
         **os.environ,
@@ -47,7 +67,7 @@ def kept_query_api(
         "KGSTREAM_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",  # no broker needed
         "KGSTREAM_API_PORT": str(port),
         "KGSTREAM_LOG_LEVEL": "WARNING",
-        **(env or {}),
+        **env,
     }
     api = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "worker", "query-api"], env=full, cwd=code

@@ -350,6 +350,11 @@ async def test_a_standby_behind_the_max_lag_is_skipped_and_reported(
         assert replica["lag_bytes"] > 0
         assert replica["lag_s"] > 0.5
         assert replica["usable"] is False
+        api_status = await lenient.client.get("/v1/status")  # the monitor's last check
+        assert api_status.status_code == 200, api_status.text
+        (checked,) = api_status.json()["replicas"]
+        assert checked["lag_bytes"] > 0
+        assert checked["usable"] is False
         not_ready = await refusing.client.get("/readyz")
         assert not_ready.status_code == 503
         assert "KGSTREAM_READ_FALLBACK=unavailable" in not_ready.json()["detail"]
