@@ -52,7 +52,10 @@ def api_url(
     topic = f"fuzz-{uuid.uuid4().hex[:8]}"
     ensure_topics(infra.bootstrap, {topic: 2})
     settings = Settings(
-        database_url=community_db, kafka_bootstrap_servers=infra.bootstrap, documents_topic=topic
+        database_url=community_db,
+        kafka_bootstrap_servers=infra.bootstrap,
+        documents_topic=topic,
+        read_wait_max_s=0.1,  # a min_snapshot / after_event not there is 409 after the wait
     )
     service = build_query_service(
         settings, make_engine(community_db), embedder, extractor, cpu_pool
