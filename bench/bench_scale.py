@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from synth_corpus import Corpus, questions  # noqa: E402
 from services.communities.app import build_deps  # noqa: E402
 from services.communities.recompute import recompute  # noqa: E402
 from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
+from services.core.embedding import Embedder  # noqa: E402
 from services.core.llm.client import process_client  # noqa: E402
 from services.core.models import build_embedder, build_extractor  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
@@ -90,9 +92,14 @@ def ingest(stack: Stack, events: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def recompute_once(settings: Settings, url: str) -> dict[str, Any]:
-    """One in-process recompute (extractive reports), timed, with its stage timings."""
+async def recompute_once(
+    settings: Settings, url: str, embedder: Embedder | None = None
+) -> dict[str, Any]:
+    """One in-process recompute (extractive reports), timed, with its stage timings;
+    ``embedder`` replaces the configured one for the report vectors."""
     deps = build_deps(settings, url)
+    if embedder is not None:
+        deps = dataclasses.replace(deps, embedder=embedder)
     try:
         t0 = time.perf_counter()
         result = await recompute(deps, "requested")

@@ -114,15 +114,15 @@ class HashedEmbedder:
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class EntityState:
-    """One entity as the database holds it after every document: what rebuild() aggregates."""
+    """One entity as the database holds it after every document: what rebuild() aggregates.
+    Its name embedding (of the name that created it) is computed when the row is written."""
 
     id: int
     key: str
     group: str
     first_name: str
-    embedding: Vector
     types: Counter[str] = field(default_factory=Counter)
     surfaces: Counter[str] = field(default_factory=Counter)
     sentences: list[tuple[str, str]] = field(default_factory=list)  # the smallest 5 so far
@@ -144,7 +144,7 @@ class EntityState:
         return " ".join(s for _, s in self.sentences)[:ENTITY_DESCRIPTION_CHARS]
 
 
-@dataclass
+@dataclass(slots=True)
 class RelationshipState:
     """One relationship row: its evidence count, weight and description so far."""
 
@@ -318,10 +318,7 @@ class GraphRows:
                     best.group = surface.group
                 ids[key] = best
                 continue
-            state = EntityState(
-                self._next("entities"), key, surface.group, surface.name,
-                self.embedder.vector(surface.name),
-            )  # fmt: skip
+            state = EntityState(self._next("entities"), key, surface.group, surface.name)
             self._entities.append(state)
             self._by_key.setdefault(key, []).append(state)
             ids[key] = state
@@ -388,7 +385,7 @@ class GraphRows:
             if e.mention_count:
                 yield (
                     e.id, e.key, e.row_name(), e.row_type(), e.description(), e.mention_count,
-                    e.embedding, self.now, self.now, e.group,
+                    self.embedder.vector(e.first_name), self.now, self.now, e.group,
                 )  # fmt: skip
 
     def relationships(self) -> Iterator[tuple[Any, ...]]:
