@@ -167,8 +167,9 @@ async def ground(
     caller: Caller,
 ) -> Grounding:
     """Exact key/alias matches for n-grams and spans (a name said only inside a longer
-    matched name is not a seed), trigram matches for extracted spans (entities the caller
-    can see, by the names it can see)."""
+    matched name is not a seed), trigram matches for the extracted spans that match no key
+    exactly (misspellings and variants; a span that names an entity exactly is grounded), for
+    entities the caller can see, by the names it can see."""
     places = key_places(question, spans)
     rows = (await conn.execute(*_EXACT.bind(caller, {"k": sorted(places)}))).all()
     matched = {str(r[3]) for r in rows}
@@ -176,7 +177,7 @@ async def ground(
     kept = matched - inside
     found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows if str(r[3]) in kept}
     for span in dict.fromkeys(spans):
-        if entity_key(span) in inside:
+        if entity_key(span) in matched:  # named exactly (or inside a longer exact name)
             continue
         for r in (await conn.execute(*_FUZZY.bind(caller, {"s": span}))).all():
             if float(r[3]) >= FUZZY_MIN_SIMILARITY and int(r[0]) not in found:
