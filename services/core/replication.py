@@ -10,7 +10,11 @@ the age of the last transaction the replica replayed (now() on the replica minus
 primary's position that the replica has reached (the query API's monitor keeps those readings;
 without them an idle primary's first write makes the idle time look like lag until the replica
 replays it). Unknown (None) when neither bound exists: a replica that has replayed no
-transaction since it started and is behind."""
+transaction since it started and is behind. One exception counts as caught up (0 s, the bytes
+still shown): the replica has received all the primary flushed, and all it has not replayed is
+one record ending exactly at a WAL page boundary. PostgreSQL replays such a record only once the
+next page arrives, so on an idle primary the replica waits there until the next write (every
+kgstream process heartbeats every 10 s); measured as lag it would grow with the idle time."""
 
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ _PRIMARY = text("SELECT pg_current_wal_flush_lsn()::text")
 _REPLICA = text(
     "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text,"
     " extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8,"
-    " CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() END"
+    " CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() END,"
+    " pg_last_wal_receive_lsn()::text, current_setting('wal_block_size')::int"
 )
 
 
@@ -43,6 +48,18 @@ class ReplicaPosition:
     replay_lsn: int | None  # None: nothing replayed yet (or not a standby)
     replay_age_s: float | None  # since the last replayed transaction's commit on the primary
     paused: bool
+    receive_lsn: int | None = None  # None: not streaming
+    page: int = 8192  # wal_block_size
+
+    def held_at_page_end(self, primary_lsn: int | None) -> bool:
+        """Whether all it has not replayed is one record ending at a WAL page boundary, with
+        everything the primary flushed received: PostgreSQL replays such a record only when
+        the next page arrives, so on an idle primary it waits there for the next write."""
+        if self.paused or self.receive_lsn is None or self.replay_lsn is None:
+            return False
+        received_all = primary_lsn is None or self.receive_lsn >= primary_lsn
+        short = 0 < self.receive_lsn - self.replay_lsn < self.page
+        return received_all and short and self.receive_lsn % self.page == 0
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,8 @@ async def replica_position(conn: AsyncConnection) -> ReplicaPosition:
         replay_lsn=None if row[1] is None else parse_lsn(str(row[1])),
         replay_age_s=None if row[2] is None else max(0.0, float(row[2])),
         paused=bool(row[3]),
+        receive_lsn=None if row[4] is None else parse_lsn(str(row[4])),
+        page=int(row[5]),
     )
 
 
@@ -108,7 +127,8 @@ def lag_of(
         return ReplicaLag(name, database, True, position.paused, error="nothing replayed yet")
     lag_bytes = None if primary_lsn is None else max(0, primary_lsn - position.replay_lsn)
     bounds = [b for b in (position.replay_age_s, reached_s) if b is not None]
-    lag_s = 0.0 if lag_bytes == 0 else min(bounds, default=None)
+    caught_up = lag_bytes == 0 or position.held_at_page_end(primary_lsn)
+    lag_s = 0.0 if caught_up else min(bounds, default=None)
     return ReplicaLag(name, database, True, position.paused, lag_bytes, lag_s)
 
 

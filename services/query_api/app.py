@@ -35,8 +35,10 @@ from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_qu
 log = logging.getLogger(__name__)
 
 
-def build_service(settings: Settings, database_url: str) -> QueryService:
-    """The query service with its engine and models (used by the API and the CLI)."""
+def build_service(settings: Settings, database_url: str, *, replicas: bool = False) -> QueryService:
+    """The query service with its engine and models (used by the API and the CLI); with
+    ``replicas`` (the API), reads go to KGSTREAM_DATABASE_READ_URL's replicas once its lag
+    monitor runs (``measuring``)."""
     client = process_client(settings)  # the process's one OpenAI client (None offline)
     engine = make_engine(database_url, timeouts=DbTimeouts.from_settings(settings))
     return build_query_service(
@@ -47,7 +49,7 @@ def build_service(settings: Settings, database_url: str) -> QueryService:
         ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS, thread_name_prefix="kgstream-query"),
         client=client,
         meter=PrometheusModelMeter(),
-        reads=ReadRouter.from_settings(settings, engine),  # KGSTREAM_DATABASE_READ_URL
+        reads=ReadRouter.from_settings(settings, engine, replicas=replicas),
     )
 
 
@@ -57,7 +59,7 @@ def create_app(
     """The FastAPI app; models load once at start-up (or come in ``service``). Refuses (a
     ConfigurationError) to serve without keys on a non-loopback address unless forced."""
     auth.check_bind(settings)
-    svc = service or build_service(settings, endpoints.database_url)
+    svc = service or build_service(settings, endpoints.database_url, replicas=True)
     publisher = DocumentPublisher(
         endpoints.kafka_bootstrap_servers, settings.documents_topic, settings
     )

@@ -77,6 +77,20 @@ def test_lag_by_the_rule() -> None:
     assert starting.error == "nothing replayed yet"
 
 
+def test_a_record_held_at_a_page_end_is_not_lag() -> None:
+    # Seen with PostgreSQL 18: an idle primary flushed to 0/3014000 (a page boundary), the
+    # standby received it all and replayed to 0/3013EF0 until the next write arrived.
+    held = ReplicaPosition(True, 0x3013EF0, 8.1, False, receive_lsn=0x3014000)
+    at_end = lag_of("r", "db", held, primary_lsn=0x3014000, reached_s=8.0)
+    assert (at_end.lag_bytes, at_end.lag_s) == (272, 0.0)
+    paused = ReplicaPosition(True, 0x3013EF0, 8.1, True, receive_lsn=0x3014000)
+    assert lag_of("r", "db", paused, primary_lsn=0x3014000).lag_s == 8.1
+    mid_page = ReplicaPosition(True, 0x3013EF0, 8.1, False, receive_lsn=0x3013F80)
+    assert lag_of("r", "db", mid_page, primary_lsn=0x3013F80).lag_s == 8.1
+    not_all_received = ReplicaPosition(True, 0x3013EF0, 8.1, False, receive_lsn=0x3014000)
+    assert lag_of("r", "db", not_all_received, primary_lsn=0x3016000).lag_s == 8.1
+
+
 def test_what_a_read_must_see() -> None:
     seen = ReadState(snapshot_id=7, has_event=False)
     assert not Wanted()
