@@ -94,7 +94,7 @@ class Settings(BaseSettings):
         description="Longest a query with min_snapshot or after_event waits for its read target "
         "to have it: 409 beyond it. 3 s is the freshness target (published -> answerable, p99), "
         "so a caller asking right after publishing is answered whenever the pipeline meets it. "
-        "Below KGSTREAM_QUERY_TIMEOUT_S.",
+        "Below KGSTREAM_QUERY_TIMEOUT_S (left unset under a timeout of 3 s or less: half of it).",
     )
     read_replica_check_s: float = Field(
         default=1.0,
@@ -554,6 +554,11 @@ class Settings(BaseSettings):
             raise ValueError("embedding_backend=openai needs KGSTREAM_OPENAI_BASE_URL")
         if self.extractor_backend == "openai" and not self.openai_base_url:
             raise ValueError("extractor_backend=openai needs KGSTREAM_OPENAI_BASE_URL")
+        if self.read_wait_max_s >= self.query_timeout_s and "read_wait_max_s" not in (
+            self.model_fields_set
+        ):
+            # The default wait under a shorter request budget: half of it, to answer in.
+            self.read_wait_max_s = self.query_timeout_s / 2
         if self.read_wait_max_s >= self.query_timeout_s:  # (not echoing the input's URLs)
             raise ConfigurationError(
                 "KGSTREAM_READ_WAIT_MAX_S must be below KGSTREAM_QUERY_TIMEOUT_S (a request that "
