@@ -10,7 +10,8 @@ API's model threads; then the most restricted caller's costliest statements with
         [--limit 50] [--top 5] [--half] [--out report.json]
 
 DIR is a `kgstream eval --keep` home (global mode needs its community snapshot). Prints p50 /
-p90 / p99 per mode and caller, and the profile as JSON.
+p90 / p99 per mode and caller, the CPU a query costs this process (the API's part: models and
+Python) and PostgreSQL, and the profile as JSON.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -50,6 +52,23 @@ _SET_HALF = (
 )
 
 
+def server_cpu_s(postmaster: int) -> float:
+    """CPU seconds (user + system) of the postmaster and its live children (the pooled
+    backends, which live through a run) from /proc."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == postmaster or int(fields[1]) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 async def timed(service: Any, questions: list[str], mode: str, caller: Caller) -> list[float]:
     out = []
     for question in questions:
@@ -73,11 +92,16 @@ async def run(args: argparse.Namespace, url: str, questions: list[str]) -> dict[
             figures: dict[str, Any] = {}
             for name, caller in callers.items():
                 await timed(service, questions[:3], mode, caller)  # warm-up, untimed
+                cpu0, server0 = time.process_time(), server_cpu_s(args.postmaster)
                 ms = await timed(service, questions, mode, caller)
+                cpu, server = time.process_time() - cpu0, server_cpu_s(args.postmaster) - server0
                 figures[name] = {
                     "p50": round(statistics.median(ms), 1),
                     "p90": round(quantile(ms, 0.9), 1),
                     "p99": round(quantile(ms, 0.99), 1),
+                    # CPU a query: this process (models, Python) and PostgreSQL
+                    "api_cpu_ms": round(cpu * 1000 / len(questions), 1),
+                    "db_cpu_ms": round(server * 1000 / len(questions), 1),
                 }
                 print(mode, name, figures[name], flush=True)
             if args.top:
@@ -110,6 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     pg = EmbeddedPostgres(args.keep)
     url = pg.start()
+    args.postmaster = pg.pid()
     try:
         questions = [
             json.loads(line)["question"]
