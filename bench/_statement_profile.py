@@ -72,6 +72,7 @@ async def profile_mode(
     asked: Sequence[dict[str, Any]],
     mode: str,
     top: int = 3,
+    *,
     caller: Caller | None = None,
 ) -> dict[str, Any]:
     """Ask every question once more in ``mode`` with the statement timer attached, as

@@ -111,7 +111,7 @@ async def run(args: argparse.Namespace, url: str, questions: list[str]) -> dict[
                     [{"question": q} for q in questions],
                     mode,
                     args.top,
-                    profiled,
+                    caller=profiled,
                 )
             report["modes"][mode] = figures
     finally:
