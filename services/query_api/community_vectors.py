@@ -45,12 +45,33 @@ class LevelVectors:
         return [(int(self.ids[i]), float(cos[i])) for i in order[:n]]
 
 
+_LEVELS = text("SELECT DISTINCT level FROM communities WHERE snapshot_id = :s ORDER BY level")
+
+
+async def snapshot_levels(conn: AsyncConnection, snapshot_id: int) -> list[int]:
+    """Levels of the snapshot that have communities (a scan of its communities)."""
+    return [int(r[0]) for r in (await conn.execute(_LEVELS, {"s": snapshot_id})).all()]
+
+
 @dataclass
 class CommunityVectors:
-    """Per (snapshot, level) matrices of the newest snapshot asked about; an older snapshot's
-    are dropped when a newer one is loaded (a reader still inside it loads it again)."""
+    """Per (snapshot, level) matrices of the newest snapshot asked about, and its levels; an
+    older snapshot's are dropped when a newer one is loaded (a reader still inside it loads it
+    again)."""
 
     _levels: dict[tuple[int, int | None], LevelVectors] = field(default_factory=dict)
+    _level_list: tuple[int, tuple[int, ...]] | None = None
+
+    async def levels(self, conn: AsyncConnection, snapshot_id: int) -> list[int]:
+        """The snapshot's levels that have communities, read the first time they are asked for
+        (counting them scanned every community on every global query: 149 ms a query at 1M
+        entities, docs/BENCHMARKS.md "Scale by bulk build")."""
+        if self._level_list is not None and self._level_list[0] == snapshot_id:
+            return list(self._level_list[1])
+        found = await snapshot_levels(conn, snapshot_id)
+        if self._level_list is None or snapshot_id >= self._level_list[0]:
+            self._level_list = (snapshot_id, tuple(found))
+        return found
 
     async def level(
         self, conn: AsyncConnection, snapshot_id: int, level: int | None

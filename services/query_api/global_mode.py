@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
 from services.core.erasure import WithheldCache, withheld_communities
-from services.query_api.community_vectors import CommunityVectors, LevelVectors
+from services.query_api.community_vectors import CommunityVectors, LevelVectors, snapshot_levels
 from services.query_api.lexical import or_query
 from services.query_api.retrieval import Retrieval
 from services.query_api.schemas import CommunityHit, CommunitySummary, Context, QueryRequest
@@ -39,9 +39,6 @@ _BROAD = re.compile(
 _AT_LEVEL = (
     "(level = CAST(:l AS integer) OR (CAST(:l AS integer) IS NULL AND id NOT IN ("
     "SELECT parent_id FROM communities WHERE snapshot_id = :s AND parent_id IS NOT NULL)))"
-)
-_LEVELS = text(
-    "SELECT level, count(*) FROM communities WHERE snapshot_id = :s GROUP BY level ORDER BY level"
 )
 # Communities a restricted caller may read (docs/access-control.md): every contributing
 # document visible, checked live, before ranking and LIMIT (so before any LLM map step).
@@ -119,11 +116,6 @@ def breadth_level(question: str, levels: Sequence[int]) -> int | None:
     if levels and _BROAD.search(question):
         return min(levels)
     return None
-
-
-async def levels(conn: AsyncConnection, snapshot_id: int) -> list[int]:
-    """Levels of the snapshot that have communities."""
-    return [int(r[0]) for r in (await conn.execute(_LEVELS, {"s": snapshot_id})).all()]
 
 
 async def rank_communities(
@@ -248,7 +240,7 @@ async def global_retrieve(
     when there is no published snapshot with communities."""
     if snapshot_id is None:
         return None
-    available = await levels(conn, snapshot_id)
+    available = await (vectors.levels if vectors else snapshot_levels)(conn, snapshot_id)
     if not available:
         return None
     level = req.level if req.level is not None else breadth_level(req.question, available)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.query_api.community_vectors import LevelVectors
+from services.query_api.community_vectors import CommunityVectors, LevelVectors
 
 
 def vectors(rows: dict[int, list[float]]) -> LevelVectors:
@@ -37,3 +40,36 @@ def test_withheld_communities_are_never_ranked_and_the_next_fill_in() -> None:
     assert [i for i, _ in v.top([1.0, 0.0], 2, exclude=[3])] == [7, 9]
     assert [i for i, _ in v.top([1.0, 0.0], 9, exclude=[3, 7, 42])] == [9, 5]
     assert v.top([1.0, 0.0], 2, exclude=[3, 5, 7, 9]) == []
+
+
+class _Rows:
+    def __init__(self, rows: list[tuple[int]]) -> None:
+        self._rows = rows
+
+    def all(self) -> list[tuple[int]]:
+        return self._rows
+
+
+class _LevelsConn:
+    """Answers the levels statement from a dict of snapshot -> levels, counting the reads."""
+
+    def __init__(self, levels: dict[int, list[int]]) -> None:
+        self.levels = levels
+        self.reads = 0
+
+    async def execute(self, _statement: object, values: dict[str, int]) -> _Rows:
+        self.reads += 1
+        return _Rows([(level,) for level in self.levels[values["s"]]])
+
+
+async def test_levels_are_read_once_per_snapshot_and_a_newer_one_replaces_them() -> None:
+    conn = _LevelsConn({1: [0, 1, 2], 2: [0, 1]})
+    held = CommunityVectors()
+    db = cast(AsyncConnection, conn)
+    assert await held.levels(db, 1) == [0, 1, 2]
+    assert await held.levels(db, 1) == [0, 1, 2]
+    assert conn.reads == 1  # an immutable snapshot's levels, read once
+    assert await held.levels(db, 2) == [0, 1]
+    assert await held.levels(db, 1) == [0, 1, 2]  # a reader still inside the old one: read again
+    assert await held.levels(db, 2) == [0, 1]  # the newest stays held
+    assert conn.reads == 3
