@@ -60,30 +60,51 @@ _SHARED_TERMS = text(
 )
 
 
+# A lexeme's count is reused until the corpus has changed by this share of its chunks since it
+# was counted: its IDF, log((n - df) / df), then moves by about as much, less than BM25's
+# scores move between two refreshes of the chunk count. 1% is also what "barely moves in half a
+# minute" meant for the refresh below, made a count of chunks instead of seconds.
+DF_DRIFT = 0.01
+
+
 @dataclass
 class DocumentFrequencies:
-    """Chunks containing each lexeme, counted once per statistics refresh: a common lexeme's
-    count reads thousands of index entries on a large corpus (17.6 ms a query at 100k
-    entities, docs/BENCHMARKS.md), and it moves no faster than the chunk count beside it."""
+    """Chunks containing each lexeme, counted once and reused until the corpus has moved by
+    DF_DRIFT of its chunks: a common lexeme's count reads thousands of index entries and heap
+    pages on a large corpus (62 ms a query at 1M entities, docs/BENCHMARKS.md "Scale by bulk
+    build", when the counts were dropped at every 30-second refresh)."""
 
-    known: dict[str, int] = field(default_factory=dict)
+    known: dict[str, tuple[int, int]] = field(default_factory=dict)  # lexeme -> (df, chunks then)
+    chunks: int = 0  # the corpus's chunk count, set by each statistics refresh
+
+    def _fresh(self, counted_at: int) -> bool:
+        return abs(self.chunks - counted_at) <= DF_DRIFT * max(self.chunks, 1)
 
     async def of(self, conn: AsyncConnection, lexemes: Sequence[str]) -> dict[str, int]:
-        """Lexeme -> document frequency, counting only the lexemes not seen since the refresh."""
-        missing = sorted(set(lexemes) - self.known.keys())
+        """Lexeme -> document frequency, counting only the lexemes not known or counted before
+        the corpus moved by DF_DRIFT."""
+        missing = sorted(
+            lex
+            for lex in set(lexemes)
+            if lex not in self.known or not self._fresh(self.known[lex][1])
+        )
         fresh: dict[str, int] = {}
         if missing:
             rows = await conn.execute(_DOCUMENT_FREQUENCIES, {"lex": missing})
             fresh = {str(lex): int(n) for lex, n in rows.all()}
-            if len(self.known) + len(fresh) <= MAX_CACHED_LEXEMES:
-                self.known.update(fresh)
-        return {lex: fresh[lex] if lex in fresh else self.known.get(lex, 0) for lex in lexemes}
+            if len(self.known) + len(fresh) > MAX_CACHED_LEXEMES:
+                self.known = {}  # a memory bound: start over rather than keep stale counts
+            self.known.update({lex: (n, self.chunks) for lex, n in fresh.items()})
+        return {
+            lex: fresh[lex] if lex in fresh else self.known.get(lex, (0, 0))[0] for lex in lexemes
+        }
 
 
 @dataclass(frozen=True)
 class CorpusStats:
     """Chunk count and mean full-text length (distinct lexemes) for BM25 and seed IDF, and the
-    document frequencies counted since (all refreshed together)."""
+    document frequencies (kept across refreshes while the corpus moves by less than
+    DF_DRIFT)."""
 
     chunks: int
     avg_length: float
@@ -93,19 +114,21 @@ class CorpusStats:
 @dataclass
 class StatsCache:
     """Corpus statistics, recomputed at most every ``ttl_s`` (a full scan is too slow to do per
-    query on a large corpus; IDF barely moves in half a minute). A refresh starts a new set of
-    document frequencies."""
+    query on a large corpus; IDF barely moves in half a minute). The document frequencies
+    outlive a refresh, each recounted once the corpus has moved by DF_DRIFT."""
 
     ttl_s: float = 30.0
     _value: CorpusStats | None = None
     _at: float = 0.0
+    _frequencies: DocumentFrequencies = field(default_factory=DocumentFrequencies)
 
     async def get(self, conn: AsyncConnection) -> CorpusStats:
         """Cached statistics, refreshed through ``conn`` when stale."""
         now = time.monotonic()
         if self._value is None or now - self._at > self.ttl_s or self._value.chunks == 0:
             row = (await conn.execute(_STATS)).one()
-            self._value = CorpusStats(int(row[0]), max(float(row[1]), 1.0))
+            self._frequencies.chunks = int(row[0])
+            self._value = CorpusStats(int(row[0]), max(float(row[1]), 1.0), self._frequencies)
             self._at = now
         return self._value
 

@@ -20,8 +20,9 @@ from services.query_api.answer import parse_points
 from services.query_api.global_mode import breadth_level
 from services.query_api.ingest import delete_event, validate_batch
 from services.query_api.lexical import (
-    CorpusStats,
+    DF_DRIFT,
     DocumentFrequencies,
+    StatsCache,
     candidate_terms,
     idf,
     or_query,
@@ -225,13 +226,41 @@ class _CountingConn:
         return type("Result", (), {"all": lambda _self: rows})()
 
 
-async def test_document_frequencies_are_counted_once_per_refresh() -> None:
+async def test_document_frequencies_are_reused_until_the_corpus_moves() -> None:
     conn = _CountingConn({"film": 120, "nolan": 3})
-    dfs = DocumentFrequencies()
-    first = await dfs.of(cast(AsyncConnection, conn), ["nolan", "film", "nolan"])
+    dfs = DocumentFrequencies(chunks=1000)
+    db = cast(AsyncConnection, conn)
+    first = await dfs.of(db, ["nolan", "film", "nolan"])
     assert first == {"nolan": 3, "film": 120}
-    again = await dfs.of(cast(AsyncConnection, conn), ["film", "inception"])
+    again = await dfs.of(db, ["film", "inception"])
     assert again == {"film": 120, "inception": 0}
     assert conn.asked == [["film", "nolan"], ["inception"]]  # only what was not known
-    # a refresh of the statistics starts over
-    assert CorpusStats(10, 5.0).frequencies.known == {}
+    dfs.chunks = 1000 + int(1000 * DF_DRIFT)  # a refresh: the corpus moved by DF_DRIFT
+    conn.table["film"] = 125
+    assert await dfs.of(db, ["film"]) == {"film": 120}  # still within the drift
+    dfs.chunks += 1  # beyond it: counted again
+    assert await dfs.of(db, ["film", "nolan"]) == {"film": 125, "nolan": 3}
+    assert conn.asked[-1] == ["film", "nolan"]
+    assert await dfs.of(db, ["film"]) == {"film": 125}
+    assert len(conn.asked) == 3
+
+
+async def test_statistics_refresh_keeps_the_document_frequencies() -> None:
+    conn = _StatsConn(chunks=500)
+    cache = StatsCache(ttl_s=0.0)
+    first = await cache.get(cast(AsyncConnection, conn))
+    first.frequencies.known["film"] = (7, 500)
+    conn.chunks = 501
+    second = await cache.get(cast(AsyncConnection, conn))
+    assert second.chunks == 501
+    assert second.frequencies is first.frequencies
+    assert second.frequencies.chunks == 501
+
+
+class _StatsConn:
+    def __init__(self, chunks: int) -> None:
+        self.chunks = chunks
+
+    async def execute(self, _statement: object) -> Any:
+        row = (self.chunks, 4.0)
+        return type("Result", (), {"one": lambda _self: row})()
