@@ -114,6 +114,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         embedder=build_embedder(settings, client),
         extractor=build_extractor(settings, client),
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
+        extract_executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-extract"),
         publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
         adjudicate=_adjudicator(settings, client, observer),
         observer=observer,

@@ -1,16 +1,22 @@
-"""The CPU side of indexing, batched across events: chunk, embed, extract, and prepare
-entity resolution. Runs before any transaction, in the indexer's worker thread.
+"""The compute phase, batched across events: chunk, embed, extract and prepare entity
+resolution, before any transaction; it ends in one write plan per upsert
+(services/indexer/write_plan.py), which services/indexer/graph_store/ writes.
 
-No call to the worker thread covers more than ``deps.large_document_chunks`` texts: the thread
-runs calls in the order they were queued, so a large document computed in the background
-(services/indexer/lanes.py) holds it for one slice at a time and the other partitions' batches
-take their turns in between (issue 18, finding 14)."""
+A batch's chunks are embedded in the indexer's CPU thread (``deps.executor``) while they are
+extracted in the extractor's thread (``deps.extract_executor``), which then embeds the new
+entity names (they come from the extraction; onnxruntime serves both threads' calls). No call
+to either thread covers more than ``deps.large_document_chunks`` texts: a thread runs calls in
+the order they were queued, so a large document computed in the background
+(services/indexer/lanes.py) holds it for one slice at a time and the other partitions'
+batches take their turns in between (issue 18, finding 14)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Executor
+from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
@@ -22,39 +28,14 @@ from services.core.contracts import DocumentEvent
 from services.core.errors import PermanentError, TransientError
 from services.core.extraction import ExtractedEntity, Extraction
 from services.core.model_meter import embed_metered, extract_metered
+from services.indexer.candidates import adjudicate_candidates
 from services.indexer.deps import IndexerDeps
 from services.indexer.documents import already_processed, existing_chunk_hashes, stored_doc
 from services.indexer.observer import timed
 from services.indexer.ordering import content_hash, decide_upsert
-from services.indexer.resolution import (
-    Resolution,
-    Surface,
-    adjudicate_candidates,
-    document_surfaces,
-    local_canonical,
-    with_title,
-)
+from services.indexer.write_plan import UpsertPlan, WritePlan, build_write_plan
 
 R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class UpsertPlan:
-    """What an upsert would change, decided before the transaction (and checked again in it)."""
-
-    event: DocumentEvent
-    doc_hash: str
-    planned: list[tuple[str, Chunk]]  # every chunk of the new version: (diff hash, chunk)
-    fresh: list[tuple[str, Chunk]]  # the ones the database lacks: to embed and extract
-    duplicate: bool = False
-
-
-@dataclass(frozen=True)
-class Computed:
-    """Embeddings and extractions of a plan's fresh chunks, and its resolution inputs."""
-
-    chunks: dict[str, tuple[Sequence[float], Extraction]]
-    resolution: Resolution
 
 
 def document_text(event: DocumentEvent) -> str:
@@ -82,10 +63,10 @@ async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentE
     return UpsertPlan(event, doc_hash, planned, [(h, c) for h, c in planned if h not in existing])
 
 
-async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Computed]:
+async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[WritePlan]:
     """One embedding pass and one extraction pass over all fresh chunks of all plans (in
     slices: see the module docstring), then one more embedding pass for entity names the
-    database does not know yet."""
+    database does not know yet; one write plan per upsert plan."""
     texts: list[str] = []
     embed_inputs: list[str] = []
     for plan in plans:
@@ -99,19 +80,17 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Comput
     extractions: list[Extraction] = []
     meter = deps.observer
     if texts:
-        with timed(meter, "embed"):
-            embed = partial(embed_metered, deps.embedder, meter, "embed_chunks")
-            embeddings = await _embed_in_slices(deps, embed, embed_inputs)
+        # Side by side: onnxruntime releases the GIL while it embeds, so the extractor's thread
+        # (deps.extract_executor) works meanwhile; the batch waits for the slower of the two.
+        embedding = asyncio.create_task(_embed_chunks(deps, embed_inputs))
         try:
-            with timed(meter, "extract"):
-                extract = partial(extract_metered, deps.extractor, meter)
-                extractions = await in_slices(deps, extract, texts)
-        except (TransientError, PermanentError):
-            # Transient: the LLM client already retried; the caller keeps retrying with backoff
-            # and the offset stays uncommitted, so an outage delays events but loses none.
+            extractions = await _extract(deps, texts)
+        except BaseException:
+            embedding.cancel()  # no further slices; one already running ends on its own
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await embedding
             raise
-        except Exception as exc:  # a broken extractor must not stop the stream
-            raise PermanentError("extraction_failed", f"{type(exc).__name__}: {exc}") from exc
+        embeddings = await embedding
     per_plan: list[dict[str, tuple[Sequence[float], Extraction]]] = []
     at = 0
     for plan in plans:
@@ -121,50 +100,68 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[Comput
         )
         at += n
     with timed(meter, "resolve"):
-        resolutions = await _prepare_resolutions(deps, plans, per_plan)
-    return [Computed(c, r) for c, r in zip(per_plan, resolutions, strict=True)]
+        return await _write_plans(deps, plans, per_plan)
 
 
-async def _prepare_resolutions(
+async def _embed_chunks(deps: IndexerDeps, inputs: list[str]) -> list[list[float]]:
+    with timed(deps.observer, "embed"):
+        embed = partial(embed_metered, deps.embedder, deps.observer, "embed_chunks")
+        return await _embed_in_slices(deps, embed, inputs)
+
+
+async def _extract(deps: IndexerDeps, texts: list[str]) -> list[Extraction]:
+    try:
+        with timed(deps.observer, "extract"):
+            extract = partial(extract_metered, deps.extractor, deps.observer)
+            return await in_slices(deps, extract, texts, executor=deps.extract_executor)
+    except (TransientError, PermanentError):
+        # Transient: the LLM client already retried; the caller keeps retrying with backoff
+        # and the offset stays uncommitted, so an outage delays events but loses none.
+        raise
+    except Exception as exc:  # a broken extractor must not stop the stream
+        raise PermanentError("extraction_failed", f"{type(exc).__name__}: {exc}") from exc
+
+
+async def _write_plans(
     deps: IndexerDeps,
     plans: Sequence[UpsertPlan],
     per_plan: Sequence[dict[str, tuple[Sequence[float], Extraction]]],
-) -> list[Resolution]:
-    canonicals = []
-    surfaces: list[dict[str, Surface]] = []
-    wanted: dict[str, Surface] = {}
+) -> list[WritePlan]:
+    """The write plans, with the resolution inputs only the compute phase can give: the
+    document's short forms, embeddings of the names the database does not know, and the
+    adjudicator's answers."""
     kept = await _kept_mentions(deps, plans)
-    for plan, chunks, old in zip(plans, per_plan, kept, strict=True):
-        title = plan.event.title
-        mentioned = [e for _, x in chunks.values() for e in with_title(title, x).entities]
-        # Short forms resolve against the whole document, kept chunks included, exactly as a
-        # rebuild from scratch would see it.
-        canonical = local_canonical([*mentioned, *old])
-        canonicals.append(canonical)
-        surfaces.append(document_surfaces(mentioned, canonical))
-        for key, surface in surfaces[-1].items():
-            wanted.setdefault(key, surface)
+    drafts = [
+        build_write_plan(plan, chunks, kept_mentions=old, resolver=deps.resolver)
+        for plan, chunks, old in zip(plans, per_plan, kept, strict=True)
+    ]
+    wanted: dict[str, str] = {}  # key -> the name of its first surface in the batch
+    for draft in drafts:
+        for key, surface in draft.surfaces.items():
+            wanted.setdefault(key, surface.name)
     vectors: dict[str, Sequence[float]] = {}
     if wanted:
         async with deps.engine.connect() as conn:
-            known = await conn.execute(
-                text("SELECT DISTINCT key FROM entities WHERE key = ANY(:k)"), {"k": sorted(wanted)}
-            )
+            known = await conn.execute(_KNOWN_KEYS, {"k": sorted(wanted)})
             missing = sorted(set(wanted) - {r[0] for r in known.all()})
         if missing:
-            names = [wanted[k].name for k in missing]
+            # In the extractor's thread: the chunks' embedding may still hold the CPU thread.
             embed = partial(embed_metered, deps.embedder, deps.observer, "embed_names")
-            found = await _embed_in_slices(deps, embed, names)
+            names = [wanted[k] for k in missing]
+            found = await _embed_in_slices(deps, embed, names, executor=deps.extract_executor)
             vectors = dict(zip(missing, found, strict=True))
     out = []
-    for canonical, doc_surfaces in zip(canonicals, surfaces, strict=True):
+    for draft in drafts:
         decisions: dict[tuple[str, int], bool] = {}
         if deps.resolver.adjudicate is not None and vectors:
-            asked = {k: s for k, s in doc_surfaces.items() if k in vectors}
+            asked = {k: s for k, s in draft.surfaces.items() if k in vectors}
             async with deps.engine.connect() as conn:
                 decisions = await adjudicate_candidates(conn, asked, vectors, deps.resolver)
-        out.append(Resolution(canonical, vectors, deps.resolver, decisions))
+        out.append(replace(draft, name_embeddings=vectors, decisions=decisions))
     return out
+
+
+_KNOWN_KEYS = text("SELECT DISTINCT key FROM entities WHERE key = ANY(:k)")
 
 
 async def _kept_mentions(
@@ -192,25 +189,33 @@ async def _kept_mentions(
 
 
 async def in_slices(
-    deps: IndexerDeps, work: Callable[[list[str]], list[R]], texts: list[str]
+    deps: IndexerDeps,
+    work: Callable[[list[str]], list[R]],
+    texts: list[str],
+    *,
+    executor: Executor | None = None,
 ) -> list[R]:
-    """``work(texts)`` in the worker thread, at most ``deps.large_document_chunks`` texts per
-    call, results in input order."""
+    """``work(texts)`` in ``executor`` (the embedding thread unless given), at most
+    ``deps.large_document_chunks`` texts per call, results in input order."""
     loop = asyncio.get_running_loop()
     size = deps.large_document_chunks
     out: list[R] = []
     for at in range(0, len(texts), size):
-        out += await loop.run_in_executor(deps.executor, work, texts[at : at + size])
+        out += await loop.run_in_executor(executor or deps.executor, work, texts[at : at + size])
     return out
 
 
 async def _embed_in_slices(
-    deps: IndexerDeps, embed: Callable[[list[str]], list[list[float]]], texts: list[str]
+    deps: IndexerDeps,
+    embed: Callable[[list[str]], list[list[float]]],
+    texts: list[str],
+    *,
+    executor: Executor | None = None,
 ) -> list[list[float]]:
     # Slices of similar lengths: the embedder pads each of its batches to the longest text, so
     # slicing in arrival order would mix short and long texts that one call would have sorted.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    vectors = await in_slices(deps, embed, [texts[i] for i in order])
+    vectors = await in_slices(deps, embed, [texts[i] for i in order], executor=executor)
     out: list[list[float]] = [[] for _ in texts]
     for i, vector in zip(order, vectors, strict=True):
         out[i] = vector

@@ -55,6 +55,9 @@ class IndexerDeps:
     consumer_group: str | None = None  # set: progress is recorded in indexer_progress
     observer: IndexerObserver = NO_OBSERVER  # metrics (services/indexer/observer.py)
     positions: Positions = field(default_factory=Positions)  # progress.py's epochs
+    # The extractor's thread, so a batch's embedding and extraction run side by side
+    # (services/indexer/compute.py); None: extraction runs in ``executor`` too.
+    extract_executor: Executor | None = None
 
     @classmethod
     def from_settings(
@@ -66,6 +69,7 @@ class IndexerDeps:
         extractor: Extractor,
         executor: Executor,
         publish_dead_letter: DeadLetterPublisher,
+        extract_executor: Executor | None = None,
         adjudicate: Adjudicator | None = None,
         chunker: Chunker | None = None,
         observer: IndexerObserver = NO_OBSERVER,
@@ -77,6 +81,7 @@ class IndexerDeps:
             embedder=embedder,
             extractor=extractor,
             executor=executor,
+            extract_executor=extract_executor,
             publish_dead_letter=publish_dead_letter,
             max_document_bytes=settings.max_document_bytes,
             max_document_chunks=settings.max_document_chunks,

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.clocks import bounded_time
 from services.core.contracts import DocumentEvent
-from services.core.extraction import Extraction
 from services.indexer.ordering import StoredDoc
+from services.indexer.write_plan import TokenTotal
 
 
 async def existing_chunk_hashes(conn: AsyncConnection, doc_id: str) -> dict[str, int]:
@@ -154,24 +154,19 @@ async def update_attributes(conn: AsyncConnection, event: DocumentEvent) -> bool
 
 
 async def record_token_usage(
-    conn: AsyncConnection, doc_id: str, extractions: Sequence[Extraction]
+    conn: AsyncConnection, doc_id: str, tokens: Sequence[TokenTotal]
 ) -> None:
     """One row per document and model, in the event's transaction: a redelivered event that
     turns out a duplicate records nothing, so tokens are counted once per applied version."""
-    totals: dict[str, tuple[int, int]] = {}
-    for x in extractions:
-        if x.usage is not None:
-            prompt, completion = totals.get(x.usage.model, (0, 0))
-            totals[x.usage.model] = (
-                prompt + x.usage.prompt_tokens,
-                completion + x.usage.completion_tokens,
-            )
-    if not totals:
+    if not tokens:
         return
     await conn.execute(
-        text(
-            "INSERT INTO token_usage (doc_id, purpose, model, prompt_tokens, completion_tokens)"
-            " VALUES (:d, 'extraction', :m, :p, :c)"
-        ),
-        [{"d": doc_id, "m": m, "p": p, "c": c} for m, (p, c) in sorted(totals.items())],
+        _TOKEN_USAGE,
+        [{"d": doc_id, "m": t.model, "p": t.prompt, "c": t.completion} for t in tokens],
     )
+
+
+_TOKEN_USAGE = text(
+    "INSERT INTO token_usage (doc_id, purpose, model, prompt_tokens, completion_tokens)"
+    " VALUES (:d, 'extraction', :m, :p, :c)"
+)

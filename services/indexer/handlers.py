@@ -9,8 +9,9 @@ landed; every other failure is dead-lettered (``processing_failed`` with the exc
 and message). Cancellation (shutdown) is the one thing that passes through: the batch is then
 not acked and is redelivered.
 
-A batch shares its CPU work (one embedding call, one extraction call); every event still gets
-its own transaction, in order. ``prepare_batch`` (the compute phase: reads only) and
+A batch shares its CPU work (one embedding call, one extraction call) and ends in one write
+plan per upsert (services/indexer/write_plan.py); every event still gets its own transaction,
+in order (services/indexer/graph_store/). ``prepare_batch`` (the compute phase: reads only) and
 ``write_batch`` (the write phase) are separate so the agent can overlap the writes of one batch
 with the compute of the next (services/indexer/pipeline.py). The agent's ``prepare_batch`` leaves
 a large document, and what follows it on its partition, to a background lane
@@ -31,13 +32,14 @@ from services.core.db.engine import without_statement_bound
 from services.core.errors import PermanentError, StaleComputeError
 from services.core.failures import as_permanent, is_statement_timeout, is_transient
 from services.indexer import progress
-from services.indexer.apply import apply_delete, commit_upsert
-from services.indexer.compute import Computed, UpsertPlan, compute, plan_upsert
+from services.indexer.compute import compute, plan_upsert
 from services.indexer.dead_letters import dead_letter
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.event_times import EventTimes
+from services.indexer.graph_store import write_delete, write_upsert
 from services.indexer.observer import observe_freshness, timed
 from services.indexer.ordering import as_ordered, reference_time
+from services.indexer.write_plan import UpsertPlan, WritePlan
 
 __all__ = [
     "IndexerDeps",
@@ -71,14 +73,15 @@ async def handle_batch(deps: IndexerDeps, records: Sequence[RawRecord]) -> list[
 @dataclass(frozen=True)
 class PreparedBatch:
     """A batch after its compute phase (decode, plan, chunk, embed, extract, resolution
-    inputs), before any write. Planned against the state it was prepared on: the write phase
-    checks again and recomputes an event whose document or merge candidates moved since."""
+    inputs: one write plan per upsert), before any write. Planned against the state it was
+    prepared on: the write phase checks again and recomputes an event whose document or merge
+    candidates moved since."""
 
     records: Sequence[RawRecord]
     events: list[tuple[int, DocumentEvent]]
     rejected: list[tuple[int, PermanentError]]
     plans: dict[int, UpsertPlan]
-    computed: dict[int, Computed]
+    writes: dict[int, WritePlan]
     failed: dict[int, PermanentError]
     compute_started: float  # seconds since the epoch (services/indexer/event_times.py)
     compute_ended: float
@@ -112,9 +115,9 @@ async def prepare_batch(
         records, events, rejected, planned = _without_held(
             records, events, rejected, planned, held_from
         )
-    plans, computed, failed = await _compute_plans(deps, planned)
+    plans, writes, failed = await _compute_plans(deps, planned)
     return PreparedBatch(
-        records, events, rejected, plans, computed, failed, started, time.time(), held_from
+        records, events, rejected, plans, writes, failed, started, time.time(), held_from
     )
 
 
@@ -132,8 +135,7 @@ async def write_batch(deps: IndexerDeps, batch: PreparedBatch) -> list[Outcome]:
                 if i in batch.failed:
                     await dead_letter(deps, records[i], batch.failed[i], event=event)
                     continue
-                plan, computed = batch.plans.get(i), batch.computed.get(i)
-                outcomes[i] = await _settle(deps, records[i], event, plan, computed)
+                outcomes[i] = await _settle(deps, records[i], event, batch.writes.get(i))
                 times = _times(batch, records[i], write_started)
                 log.info("%s %s (%s)", event.type, outcomes[i], times.describe())
                 if outcomes[i] in ("applied", "deleted"):
@@ -193,19 +195,19 @@ def _clock_bounded(deps: IndexerDeps, record: RawRecord, event: DocumentEvent) -
 async def apply_event(
     deps: IndexerDeps,
     event: DocumentEvent,
-    plan: UpsertPlan | None = None,
-    computed: Computed | None = None,
+    plan: WritePlan | None = None,
     published_at: float | None = None,
 ) -> Outcome:
-    """Apply a validated event (planning and computing it now unless given); ``published_at``
-    is its record's timestamp (seconds since the epoch), recorded for freshness."""
+    """Apply a validated event (planning and computing it now unless its write plan is
+    given); ``published_at`` is its record's timestamp (seconds since the epoch), recorded for
+    freshness."""
     if event.type == "delete":
-        return await apply_delete(deps, event, published_at)
-    if plan is None or computed is None:
+        return await write_delete(deps, event, published_at)
+    if plan is None:
         async with deps.engine.connect() as conn:
-            plan = await plan_upsert(deps, conn, event)
-        (computed,) = await compute(deps, [plan])
-    return await commit_upsert(deps, plan, computed, published_at)
+            diff = await plan_upsert(deps, conn, event)
+        (plan,) = await compute(deps, [diff])
+    return await write_upsert(deps, plan, published_at)
 
 
 Planned = tuple[dict[int, UpsertPlan], dict[int, PermanentError]]
@@ -236,7 +238,7 @@ async def _plan_batch(
 
 async def _compute_plans(
     deps: IndexerDeps, planned: Planned | None
-) -> tuple[dict[int, UpsertPlan], dict[int, Computed], dict[int, PermanentError]]:
+) -> tuple[dict[int, UpsertPlan], dict[int, WritePlan], dict[int, PermanentError]]:
     """Compute the batch's upserts together; on any failure, nothing is shared and each event
     is computed on its own (so one bad event cannot fail its neighbours)."""
     if planned is None:
@@ -299,14 +301,13 @@ async def _settle(
     deps: IndexerDeps,
     record: RawRecord,
     event: DocumentEvent,
-    plan: UpsertPlan | None,
-    computed: Computed | None,
+    plan: WritePlan | None,
 ) -> Outcome:
     delay = FIRST_BACKOFF_S
     recomputed = False
     while True:
         try:
-            return await apply_event(deps, event, plan, computed, record.timestamp)
+            return await apply_event(deps, event, plan, record.timestamp)
         except Exception as exc:  # noqa: BLE001 - the boundary: retry or dead-letter, never raise
             if not is_transient(exc):
                 await dead_letter(deps, record, as_permanent(exc), event=event)
@@ -317,7 +318,7 @@ async def _settle(
                 log.info("recomputing %s: %s", event.event_id, exc)
                 deps.observer.transient_retry()
                 recomputed = True
-                plan = computed = None
+                plan = None
                 continue
             if is_statement_timeout(exc):
                 # Slow, not stuck: under the same bound it would be cut again on every retry
@@ -332,6 +333,6 @@ async def _settle(
             )
             deps.observer.transient_retry()
             await progress.retrying(deps, record, exc)
-            plan = computed = None  # recompute against the current state
+            plan = None  # recompute against the current state
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 from services.core.extraction import ExtractedEntity
+from services.indexer.graph_store.locks import key_hash
 from services.indexer.resolution import (
     WILDCARD,
     compatible,
     creation_keys,
     document_surfaces,
-    key_hash,
     local_canonical,
     type_group,
 )

@@ -1,0 +1,111 @@
+"""One event, one transaction: dedupe and ordering decided again under the document's row lock,
+then the write plan merged into the graph and the change log appended. The order of the steps
+is the order of graph_store/locks.py's rules."""
+
+from __future__ import annotations
+
+from services.core.contracts import DocumentEvent
+from services.core.errors import StaleComputeError
+from services.indexer.deps import IndexerDeps, Outcome
+from services.indexer.documents import (
+    existing_chunk_hashes,
+    mark_processed,
+    record_token_usage,
+    set_outcome,
+    stored_doc,
+    update_attributes,
+    write_document,
+)
+from services.indexer.graph_store.changes import ChangeSet, log_changes
+from services.indexer.graph_store.chunks import (
+    insert_chunks,
+    insert_mentions,
+    move_chunks,
+    remove_chunks,
+)
+from services.indexer.graph_store.entities import resolve_entities
+from services.indexer.graph_store.rebuild import rebuild
+from services.indexer.graph_store.relationships import add_relationships
+from services.indexer.ordering import decide_delete, decide_upsert
+from services.indexer.write_plan import WritePlan
+
+
+async def write_upsert(
+    deps: IndexerDeps, plan: WritePlan, published_at: float | None = None
+) -> Outcome:
+    """Write an upsert's plan; StaleComputeError if the document or the graph moved in a way
+    the plan cannot absorb. ``published_at``: the Kafka record's timestamp (seconds), kept for
+    freshness."""
+    event = plan.event
+    if plan.duplicate:
+        return "duplicate"
+    async with deps.engine.begin() as conn:
+        if not await mark_processed(conn, event, "pending", published_at):
+            return "duplicate"
+        # Rule 1: the document's row.
+        stored = await stored_doc(conn, event.doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
+        decision = decide_upsert(stored, event, plan.doc_hash)
+        if decision == "unchanged" and await update_attributes(conn, event):
+            # Same content, new access rules or metadata: the row changes, the graph does not.
+            await set_outcome(conn, event.event_id, "applied")
+            return "applied"
+        if decision != "apply":
+            await set_outcome(conn, event.event_id, decision)
+            return decision
+        current = await existing_chunk_hashes(conn, event.doc_id)
+        if not plan.holds_for(current):
+            # Another event for this document landed between planning and the lock.
+            raise StaleComputeError(f"{event.doc_id} changed since it was planned; recomputing")
+        await write_document(conn, event, plan.doc_hash, deleted=False)
+        wanted = {h for h, _ in plan.kept} | {c.diff_hash for c in plan.new}
+        ents, rels = await remove_chunks(conn, [i for h, i in current.items() if h not in wanted])
+        await move_chunks(
+            conn, [(current[h], c.ord, c.start_char, c.end_char) for h, c in plan.kept]
+        )
+        changes = ChangeSet()
+        if plan.new:
+            chunk_ids = await insert_chunks(conn, event.doc_id, plan.new)
+            # Rules 2 and 3: creation locks, then key-share locks on what it refers to.
+            resolved = await resolve_entities(conn, plan)
+            changes.nodes_added |= resolved.added
+            changes.retype.update(resolved.retype)
+            ents |= await insert_mentions(
+                conn, event.doc_id, plan.mentions, resolved.ids, chunk_ids
+            )
+            rels |= await add_relationships(
+                conn,
+                doc_id=event.doc_id,
+                relations=plan.relations,
+                entity_ids=resolved.ids,
+                chunk_ids=chunk_ids,
+                changes=changes,
+            )
+        await record_token_usage(conn, event.doc_id, plan.tokens)
+        # Rules 4 and 5, last: the shared rows stay locked from here to commit.
+        await rebuild(conn, ents, rels, changes)
+        await log_changes(conn, changes, event.doc_id, event.event_id)
+        await set_outcome(conn, event.event_id, "applied")
+    deps.observer.chunks(reused=len(plan.kept), embedded=len(plan.new))
+    return "applied"
+
+
+async def write_delete(
+    deps: IndexerDeps, event: DocumentEvent, published_at: float | None = None
+) -> Outcome:
+    """Remove the document's chunks and everything only they evidenced; leave a tombstone."""
+    async with deps.engine.begin() as conn:
+        if not await mark_processed(conn, event, "pending", published_at):
+            return "duplicate"
+        stored = await stored_doc(conn, event.doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
+        decision = decide_delete(stored, event)
+        if decision != "apply":
+            await set_outcome(conn, event.event_id, decision)
+            return decision
+        changes = ChangeSet()
+        current = await existing_chunk_hashes(conn, event.doc_id)
+        ents, rels = await remove_chunks(conn, list(current.values()))
+        await write_document(conn, event, None, deleted=True)
+        await rebuild(conn, ents, rels, changes)
+        await log_changes(conn, changes, event.doc_id, event.event_id, erasure=True)
+        await set_outcome(conn, event.event_id, "deleted")
+    return "deleted"
