@@ -9,8 +9,9 @@ landed; every other failure is dead-lettered (``processing_failed`` with the exc
 and message). Cancellation (shutdown) is the one thing that passes through: the batch is then
 not acked and is redelivered.
 
-A batch shares its CPU work (one embedding call, one extraction call) and ends in one write
-plan per upsert (services/indexer/write_plan.py); every event still gets its own transaction,
+A batch shares its CPU work (its chunks embedded and extracted together, side by side:
+services/indexer/compute.py) and ends in one write plan per upsert
+(services/indexer/write_plan.py); every event still gets its own transaction,
 in order (services/indexer/graph_store/). ``prepare_batch`` (the compute phase: reads only) and
 ``write_batch`` (the write phase) are separate so the agent can overlap the writes of one batch
 with the compute of the next (services/indexer/pipeline.py). The agent's ``prepare_batch`` leaves
