@@ -31,7 +31,8 @@ named by many documents). The rules, in the order a transaction meets them:
 5. **A row left without evidence is deleted unless another writer holds a key-share lock on
    it** (``unsupported_relationships``, ``orphan_entities``: ``SKIP LOCKED``): that writer is
    adding evidence to it and rebuilds it after this commit; waiting for it here would deadlock
-   on the update locks of rule 4.
+   on the update locks of rule 4. (Only an event that removed evidence looks for such rows:
+   graph_store/rebuild.py.)
 
 Nothing outside the graph store takes a lock on these tables, and no outside call (model,
 adjudicator) happens while they are held: the compute phase made them before the transaction

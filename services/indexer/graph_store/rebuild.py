@@ -57,15 +57,23 @@ _STALE_ALIASES = text(
 
 
 async def rebuild(
-    conn: AsyncConnection, entity_ids: Iterable[int], rel_ids: Iterable[int], changes: ChangeSet
+    conn: AsyncConnection,
+    entity_ids: Iterable[int],
+    rel_ids: Iterable[int],
+    changes: ChangeSet,
+    *,
+    removed_evidence: bool,
 ) -> None:
     """Rebuild ``rel_ids`` and ``entity_ids`` (and the entities ``changes`` retypes) from their
-    evidence, recording what changed in ``changes``."""
+    evidence, recording what changed in ``changes``. ``removed_evidence``: the event deleted
+    chunks. One that did not only added evidence, to every row it touched (each entity it
+    resolved to got a mention, each relationship a piece of evidence), so no row of it can be
+    left without evidence and the statements that look for such rows are skipped."""
     rels = sorted(set(rel_ids))
     ents = sorted(set(entity_ids) | changes.retype.keys())
     if rels:
         await lock_relationships(conn, rels)
-        removed = await unsupported_relationships(conn, rels)
+        removed = await unsupported_relationships(conn, rels) if removed_evidence else set()
         changes.edges_removed |= removed - changes.edges_added
         changes.edges_added -= removed
         await conn.execute(_RELATIONSHIP_AGGREGATES, {"ids": rels})
@@ -74,7 +82,7 @@ async def rebuild(
         await lock_entities(conn, ents)
         await retype_entities(conn, changes.retype)
         # An entity with no mentions has no evidence left for any of its edges either.
-        orphan_ids = await orphan_entities(conn, ents)
+        orphan_ids = await orphan_entities(conn, ents) if removed_evidence else []
         if orphan_ids:
             dangling = await conn.execute(_DANGLING, {"ids": orphan_ids})
             dropped = {r[0] for r in dangling.all()}
@@ -86,5 +94,6 @@ async def rebuild(
         changes.nodes_removed |= removed_nodes - changes.nodes_added
         changes.nodes_added -= removed_nodes
         await conn.execute(_ENTITY_AGGREGATES, {"ids": ents})
-        await conn.execute(_STALE_ALIASES, {"ids": ents})
+        if removed_evidence:
+            await conn.execute(_STALE_ALIASES, {"ids": ents})
         changes.nodes_changed |= set(ents) - removed_nodes - changes.nodes_added

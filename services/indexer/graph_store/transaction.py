@@ -58,7 +58,8 @@ async def write_upsert(
             raise StaleComputeError(f"{event.doc_id} changed since it was planned; recomputing")
         await write_document(conn, event, plan.doc_hash, deleted=False)
         wanted = {h for h, _ in plan.kept} | {c.diff_hash for c in plan.new}
-        ents, rels = await remove_chunks(conn, [i for h, i in current.items() if h not in wanted])
+        removed = [i for h, i in current.items() if h not in wanted]
+        ents, rels = await remove_chunks(conn, removed)
         await move_chunks(
             conn, [(current[h], c.ord, c.start_char, c.end_char) for h, c in plan.kept]
         )
@@ -82,7 +83,7 @@ async def write_upsert(
             )
         await record_token_usage(conn, event.doc_id, plan.tokens)
         # Rules 4 and 5, last: the shared rows stay locked from here to commit.
-        await rebuild(conn, ents, rels, changes)
+        await rebuild(conn, ents, rels, changes, removed_evidence=bool(removed))
         await log_changes(conn, changes, event.doc_id, event.event_id)
         await set_outcome(conn, event.event_id, "applied")
     deps.observer.chunks(reused=len(plan.kept), embedded=len(plan.new))
@@ -105,7 +106,7 @@ async def write_delete(
         current = await existing_chunk_hashes(conn, event.doc_id)
         ents, rels = await remove_chunks(conn, list(current.values()))
         await write_document(conn, event, None, deleted=True)
-        await rebuild(conn, ents, rels, changes)
+        await rebuild(conn, ents, rels, changes, removed_evidence=True)
         await log_changes(conn, changes, event.doc_id, event.event_id, erasure=True)
         await set_outcome(conn, event.event_id, "deleted")
     return "deleted"
