@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.core.db.engine import vector_literal
 from services.core.errors import StaleComputeError
 from services.indexer.resolution import (
     Decisions,
@@ -50,16 +49,16 @@ async def similar_candidates(
     conn: AsyncConnection,
     surfaces: Mapping[str, Surface],
     keys: Sequence[str],
-    name_embeddings: Mapping[str, Sequence[float]],
+    name_vectors: Mapping[str, str],
     config: ResolverConfig,
     *,
     retyped: Mapping[int, str] | None = None,
 ) -> list[Candidate]:
     """Every candidate worth merging or asking about for ``keys`` (those with a name
-    embedding), best first per key. ``retyped``: type groups the caller's transaction gives
-    entities but has not written yet."""
+    embedding in ``name_vectors``, as pgvector text), best first per key. ``retyped``: type
+    groups the caller's transaction gives entities but has not written yet."""
     retyped = retyped or {}
-    asks = [k for k in keys if k in name_embeddings and len(k) >= MIN_SEARCH_KEY]
+    asks = [k for k in keys if k in name_vectors and len(k) >= MIN_SEARCH_KEY]
     if not asks:
         return []
     rows = await conn.execute(
@@ -67,7 +66,7 @@ async def similar_candidates(
         {
             "keys": asks,
             "names": [surfaces[k].name for k in asks],
-            "vecs": [vector_literal(name_embeddings[k]) for k in asks],
+            "vecs": [name_vectors[k] for k in asks],
         },
     )
     out: list[Candidate] = []
@@ -102,14 +101,14 @@ def merges(candidates: Sequence[Candidate], decisions: Decisions) -> dict[str, i
 async def adjudicate_candidates(
     conn: AsyncConnection,
     surfaces: Mapping[str, Surface],
-    name_embeddings: Mapping[str, Sequence[float]],
+    name_vectors: Mapping[str, str],
     config: ResolverConfig,
 ) -> dict[tuple[str, int], bool]:
     """Ask the adjudicator about every ambiguous candidate the transaction will meet (read-only
     ``conn``, no transaction held while the model answers)."""
     if config.adjudicate is None:
         return {}
-    candidates = await similar_candidates(conn, surfaces, sorted(surfaces), name_embeddings, config)
+    candidates = await similar_candidates(conn, surfaces, sorted(surfaces), name_vectors, config)
     await conn.rollback()  # end the read before the slow calls
     decisions: dict[tuple[str, int], bool] = {}
     for c in candidates:

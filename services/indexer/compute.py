@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.chunking import Chunk
 from services.core.contracts import DocumentEvent
+from services.core.db.engine import vector_literal
 from services.core.errors import PermanentError, TransientError
 from services.core.extraction import ExtractedEntity, Extraction
 from services.core.model_meter import embed_metered, extract_metered
@@ -139,17 +140,22 @@ async def _write_plans(
     for draft in drafts:
         for key, surface in draft.surfaces.items():
             wanted.setdefault(key, surface.name)
-    vectors: dict[str, Sequence[float]] = {}
+    vectors: dict[str, str] = {}
     if wanted:
         async with deps.engine.connect() as conn:
             known = await conn.execute(_KNOWN_KEYS, {"k": sorted(wanted)})
             missing = sorted(set(wanted) - {r[0] for r in known.all()})
         if missing:
             # In the extractor's thread: the chunks' embedding may still hold the CPU thread.
+            # The vectors as pgvector text there too: the transaction binds each one twice.
             embed = partial(embed_metered, deps.embedder, deps.observer, "embed_names")
             names = [wanted[k] for k in missing]
             found = await _embed_in_slices(deps, embed, names, executor=deps.extract_executor)
-            vectors = dict(zip(missing, found, strict=True))
+            loop = asyncio.get_running_loop()
+            literals = await loop.run_in_executor(
+                deps.extract_executor or deps.executor, _vector_literals, found
+            )
+            vectors = dict(zip(missing, literals, strict=True))
     out = []
     for draft in drafts:
         decisions: dict[tuple[str, int], bool] = {}
@@ -157,8 +163,12 @@ async def _write_plans(
             asked = {k: s for k, s in draft.surfaces.items() if k in vectors}
             async with deps.engine.connect() as conn:
                 decisions = await adjudicate_candidates(conn, asked, vectors, deps.resolver)
-        out.append(replace(draft, name_embeddings=vectors, decisions=decisions))
+        out.append(replace(draft, name_vectors=vectors, decisions=decisions))
     return out
+
+
+def _vector_literals(vectors: list[list[float]]) -> list[str]:
+    return [vector_literal(v) for v in vectors]
 
 
 _KNOWN_KEYS = text("SELECT DISTINCT key FROM entities WHERE key = ANY(:k)")

@@ -87,11 +87,12 @@ class WritePlan:
     kept: Sequence[tuple[str, Chunk]]  # chunks the database has: (diff hash, chunk), moved
     new: Sequence[NewChunk]
     # Entity resolution: surfaces by key, the document's short forms (surface key -> key of
-    # the longer name), embeddings of names the database did not know, the thresholds, and the
+    # the longer name), embeddings of names the database did not know (as pgvector text), the
+    # thresholds, and the
     # adjudicator's answers for the ambiguous candidates seen by the compute phase.
     surfaces: Mapping[str, Surface]
     canonical: Mapping[str, str]
-    name_embeddings: Mapping[str, Sequence[float]]
+    name_vectors: Mapping[str, str]
     resolver: ResolverConfig
     mentions: Sequence[MentionRow]
     # (diff hash of its chunk, the relation with its ends as surface keys)
@@ -116,7 +117,7 @@ def build_write_plan(
     """The plan of ``diff`` given its fresh chunks' embeddings and extractions (by diff hash)
     and the mentions of the chunks it keeps. Names to embed and the adjudicator's answers
     depend on the whole batch and the database: the compute phase adds them
-    (``name_embeddings``, ``decisions``)."""
+    (``name_vectors``, ``decisions``)."""
     fresh = {h for h, _ in diff.fresh}
     title = diff.event.title
     # Short forms resolve against the whole document, kept chunks included, exactly as a
@@ -162,7 +163,7 @@ def build_write_plan(
         new=new,
         surfaces=document_surfaces(mentioned, canonical),
         canonical=canonical,
-        name_embeddings={},
+        name_vectors={},
         resolver=resolver,
         mentions=mentions,
         relations=relations,

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.core.db.engine import vector_literal
 from services.indexer.candidates import merges, similar_candidates
 from services.indexer.graph_store.locks import hold_entities, lock_names
 from services.indexer.resolution import WILDCARD, ExactMatch, best_exact, creation_keys
@@ -81,14 +80,13 @@ async def resolve_entities(conn: AsyncConnection, plan: WritePlan) -> Resolved:
     await hold_entities(conn, out.ids.values())
     new = [k for k in unresolved if k not in out.ids]
     if new:
-        vecs = [plan.name_embeddings.get(k) for k in new]
         inserted = await conn.execute(
             _INSERT,
             {
                 "keys": new,
                 "names": [plan.surfaces[k].name for k in new],
                 "groups": [plan.surfaces[k].group for k in new],
-                "vecs": [vector_literal(v) if v is not None else None for v in vecs],
+                "vecs": [plan.name_vectors.get(k) for k in new],
             },
         )
         for r in inserted.all():
@@ -136,6 +134,6 @@ async def _similar(
     transaction; one it was not asked about means the graph moved: StaleComputeError, and the
     event is computed again."""
     candidates = await similar_candidates(
-        conn, plan.surfaces, keys, plan.name_embeddings, plan.resolver, retyped=retyped
+        conn, plan.surfaces, keys, plan.name_vectors, plan.resolver, retyped=retyped
     )
     return merges(candidates, plan.decisions)
