@@ -385,7 +385,8 @@ class Planner:
 
     def stale(self, step: Step) -> tuple[dict[str, Any], str] | None:
         """An event strictly older than the stored one (older version, older time), with the
-        content of any variant and either type: it must change nothing."""
+        content of any variant and either type: it must change nothing, except a delete without
+        a version, which applies to whatever is stored (docs/ingest.md, ordering rule 3)."""
         m = self.docs[step.doc_id]
         if not m.stored:
             return None
@@ -395,6 +396,10 @@ class Planner:
             kind = "delete" if kind == "upsert" else "upsert"
         ev = self.event(step.doc_id, kind, step.variant, old.get("version"))
         ev["occurred_at"] = old["occurred_at"]
+        if kind == "delete" and "version" not in ev and not m.deleted:
+            m.events.append(ev)
+            m.stored = len(m.events) - 1
+            return ev, "deleted"
         return ev, "unchanged" if kind == "delete" and m.deleted else "stale"
 
     def same_version(self, step: Step) -> tuple[dict[str, Any], str] | None:
