@@ -8,7 +8,7 @@ size and overlap), the document text and chunk dedupe (services/indexer/compute.
 surfaces and short forms (resolution.local_canonical, document_surfaces), the type groups and
 their compatibility, entity keys (services/core/normalize.py), the relation kind and strength
 (services/core/extraction.py: co_occurs, 0.3, one per pair of names in a sentence). What is
-re-stated here (graph_writer.rebuild computes it in SQL per event; here once per entity or
+re-stated here (graph_store.rebuild computes it in SQL per event; here once per entity or
 relationship, in Python, with the same rule): mention_count, type (the mode of the mentions'
 types, ties to the smallest), name (the surface with a space, then the most frequent, then the
 smallest), description (the first 5 distinct (doc_id, sentence) in that order, joined, 1,500
@@ -61,7 +61,7 @@ from services.indexer.resolution import (
 
 # spaCy's labels for the generator's kinds (what en_core_web_sm tags them, BENCHMARKS).
 NER_TYPE = {"person": "PERSON", "place": "GPE", "org": "ORG"}
-# graph_writer.rebuild's string_agg limits.
+# graph_store.rebuild's string_agg limits.
 ENTITY_DESCRIPTION_CHARS = 1500
 ENTITY_DESCRIPTION_SENTENCES = 5
 RELATIONSHIP_DESCRIPTION_CHARS = 2000
@@ -348,7 +348,7 @@ class GraphRows:
         per_chunk: Sequence[tuple[int, list[ExtractedEntity], list[tuple[str, str, str]]]],
         entity_of: Any,
     ) -> tuple[list[tuple[Any, ...]], set[int], set[int]]:
-        """graph_writer.add_chunks' edges: per (relationship, chunk) one evidence row."""
+        """graph_store.add_relationships' edges: per (relationship, chunk) one evidence row."""
         edge_rows: dict[tuple[int, int, str], dict[int, str]] = {}
         for chunk_id, _, pairs in per_chunk:
             for a, b, sentence in pairs:
