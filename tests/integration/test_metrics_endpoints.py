@@ -135,10 +135,17 @@ def test_every_process_serves_metrics_and_health_and_the_figures_move(
     assert wait_until(handled, 300, poll=1), logs()
     ask_questions(urls["query-api"].removesuffix("/metrics"), 3)
 
-    def settled() -> bool:  # the worker shows the published snapshot and builds no other
-        shown = total(scrape(urls["communities"]), "kgstream_communities_snapshot_id")
+    def settled() -> bool:
+        """The worker shows the published snapshot, builds no other, and is not between
+        deciding a recompute and publishing it (a tick past the change threshold right after
+        the first snapshot, while the last events were still changing the graph, starts a
+        second one: its decision is counted before its snapshot exists)."""
+        text = scrape(urls["communities"])
+        shown = total(text, "kgstream_communities_snapshot_id")
         building = scalar(url, "SELECT count(*) FROM snapshots WHERE status = 'building'")
-        return shown > 0 and shown == published_id(url) and building == 0
+        decided = total(text, "kgstream_communities_checks_total", decision="recompute")
+        done = total(text, "kgstream_communities_recomputes_total")
+        return shown > 0 and shown == published_id(url) and building == 0 and decided == done
 
     assert wait_until(settled, 300, poll=1), logs()
     lag = lambda: "kgstream_indexer_consumer_lag{" in scrape(urls["indexer"])  # noqa: E731
