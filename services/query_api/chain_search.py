@@ -4,30 +4,82 @@ read their links, question terms and titles here, step by step."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
+from services.core.db.engine import vector_literal
 from services.query_api import chains
-from services.query_api.lexical import CorpusStats, question_lexemes, question_terms, useful_terms
+from services.query_api.lexical import (
+    TERMS_OF_CHUNK,
+    CorpusStats,
+    question_lexemes,
+    question_terms,
+    useful_terms,
+)
 from services.query_api.neighbourhood import bridge_step
+from services.query_api.visibility import VISIBLE_DOC_IDS, Filtered
 
 # The entities a passage is about: its document's title (resolution.with_title, no offsets).
 _TOPICS = text(
     "SELECT chunk_id, entity_id FROM mentions WHERE chunk_id = ANY(:c) AND start_char < 0"
 )
+# What a step needs of the passages it reached, in one statement (three had cost a round trip
+# each, nine steps a question): the question's cosine (fusion), which of the question's terms
+# each contains (relevance) and the entities it is about.
+_REACHED = (
+    "SELECT c.id, 1 - (c.embedding <=> CAST(:q AS vector)), "  # noqa: S608 - constants
+    + TERMS_OF_CHUNK
+    + ", ARRAY(SELECT m.entity_id FROM mentions m WHERE m.chunk_id = c.id AND m.start_char < 0)"
+    " FROM chunks c WHERE c.id = ANY(:ids)"
+)
+_REACHED_FACTS = Filtered.of(_REACHED, _REACHED + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")")
+
+
+@dataclass(frozen=True)
+class Reached:
+    """The passages a step reached: cosine to the question (those the caller may see), the
+    question's terms each contains, the entities each is about."""
+
+    cosine: dict[int, float]
+    terms: dict[int, frozenset[str]]
+    about: list[tuple[int, int]]
+
+
+async def reached_facts(
+    conn: AsyncConnection,
+    chunks: Sequence[int],
+    asked: Sequence[str],
+    embedding: Sequence[float],
+    caller: Caller,
+) -> Reached:
+    """Reached for these passages (a passage the caller may not see has no terms and is
+    about nothing)."""
+    out = Reached({}, dict.fromkeys(chunks, frozenset()), [])
+    if not chunks:
+        return out
+    values = {"q": vector_literal(embedding), "lex": list(asked), "ids": list(chunks)}
+    for chunk, cosine, terms, about in (
+        await conn.execute(*_REACHED_FACTS.bind(caller, values))
+    ).all():
+        out.cosine[int(chunk)] = float(cosine)
+        out.terms[int(chunk)] = frozenset(terms)
+        out.about.extend((int(chunk), int(e)) for e in about)
+    return out
 
 
 async def follow_chains(
     conn: AsyncConnection,
     question: str,
+    embedding: Sequence[float],
     fused: dict[int, float],
     seeds: Sequence[int],
     *,
     width: int,
     steps: int,
-    base: Callable[[set[int]], Awaitable[dict[int, float]]],
+    base: Callable[[dict[int, float]], Awaitable[dict[int, float]]],
     stats: CorpusStats,
     lexical_weight: float,
     caller: Caller,
@@ -37,7 +89,7 @@ async def follow_chains(
     ``width`` best passages (or continue from ``start``) and follow bridge entities
     (services/query_api/chains.py), and the best chain's passages (the offline answer reads
     its next hop). ``base`` gives the fused dense and graph scores with more passages among
-    the candidates."""
+    the candidates (given with their cosine to the question)."""
     order = sorted(fused, key=lambda c: (-fused[c], c))
     heads = list(start.heads) if start else order[:width]
     if not heads:
@@ -56,9 +108,10 @@ async def follow_chains(
         links.add(await bridge_step(conn, lasts, used, caller))
         fetched.update(lasts)
         fresh = sorted(chains.reachable(beam, links) - terms.keys())
-        terms |= await question_terms(conn, asked, fresh)
-        links.add_about(await _about(conn, fresh))
-        relevance = chains.Relevance(await base(set(fresh)), idf, lexical_weight, terms)
+        reached = await reached_facts(conn, fresh, asked, embedding, caller)
+        terms |= reached.terms
+        links.add_about(reached.about)
+        relevance = chains.Relevance(await base(reached.cosine), idf, lexical_weight, terms)
         beam, done = chains.step(beam, links, relevance, width=width, total=stats.chunks)
         ended += done
         if not beam:

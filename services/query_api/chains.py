@@ -26,9 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
 
 from services.query_api.grounding import seed_weight
-from services.query_api.ranking import zscores
+from services.query_api.ranking import zscores, zscores_array
 
 
 @dataclass(frozen=True)
@@ -86,17 +90,31 @@ class Relevance:
     lexical_weight: float
     terms: Mapping[int, frozenset[str]]  # passage -> the question's terms it contains
 
+    @cached_property
+    def _passages(self) -> tuple[list[int], npt.NDArray[np.float64]]:
+        """The candidates and their base scores as an array (every chain of a step reuses
+        them)."""
+        keys = list(self.base)
+        return keys, np.fromiter(self.base.values(), np.float64, len(keys))
+
+    @cached_property
+    def _with_terms(self) -> list[tuple[int, frozenset[str]]]:
+        """(position, terms) of the candidates that contain a question term: the others'
+        lexical score is 0 for every chain."""
+        keys, _ = self._passages
+        found = ((i, self.terms.get(c)) for i, c in enumerate(keys))
+        return [(i, t) for i, t in found if t]
+
     def of(self, chain: Chain) -> dict[int, float]:
         """Passage -> relevance for this chain."""
         if not self.lexical_weight:
             return dict(self.base)
-        none: frozenset[str] = frozenset()
-        left = {
-            c: sum(self.idf.get(t, 0.0) for t in self.terms.get(c, none) - chain.covered)
-            for c in self.base
-        }
-        z = zscores(left)
-        return {c: b + self.lexical_weight * z[c] for c, b in self.base.items()}
+        keys, base = self._passages
+        left = np.zeros(len(keys))
+        for i, terms in self._with_terms:
+            left[i] = sum(self.idf.get(t, 0.0) for t in terms - chain.covered)
+        total = base + self.lexical_weight * zscores_array(left)
+        return dict(zip(keys, total.tolist(), strict=True))
 
 
 def starts(

@@ -53,11 +53,12 @@ _SCORE = Filtered.of(
 )
 # Which of the question's lexemes each chunk contains (a chain step must add one: see chains.py):
 # one index-free match per lexeme and chunk, cheaper than listing every chunk's lexemes.
-_SHARED_TERMS = text(
-    "SELECT c.id, ARRAY(SELECT l.lexeme FROM unnest(CAST(:lex AS text[])) AS l(lexeme)"
-    " WHERE c.tsv @@ to_tsquery('simple', quote_literal(l.lexeme))) FROM chunks c"
-    " WHERE c.id = ANY(:ids)"
+# Which of the :lex lexemes chunk c contains (an array expression over a row of chunks c).
+TERMS_OF_CHUNK = (
+    "ARRAY(SELECT l.lexeme FROM unnest(CAST(:lex AS text[])) AS l(lexeme)"
+    " WHERE c.tsv @@ to_tsquery('simple', quote_literal(l.lexeme)))"
 )
+_SHARED_TERMS = text(f"SELECT c.id, {TERMS_OF_CHUNK} FROM chunks c WHERE c.id = ANY(:ids)")  # noqa: S608 - a constant
 
 
 # A lexeme's count is reused until the corpus has changed by this share of its chunks since it

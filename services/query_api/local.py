@@ -140,32 +140,35 @@ async def local_search(
         methods=methods,
     )
     graph = await walk(grounding)
+    signal = ranking.GraphSignal.of(graph)
     dense_hits = await vector_search(conn, embedding, depth, caller=caller)
     bm25 = await bm25_search(conn, question, depth, stats, caller=caller) if weights.lexical else {}
     dense: dict[int, float] = {}
     chained: set[int] = set()  # passages chains reached through bridge entities
 
-    async def fused_ranking(graph: dict[int, float], lexical: bool = True) -> dict[int, float]:
-        top_graph = sorted(graph, key=lambda c: (-graph[c], c))[: max(5 * k, 50)]
+    async def fused_ranking(graph: ranking.GraphSignal, lexical: bool = True) -> dict[int, float]:
+        top_graph = graph.order[: max(5 * k, 50)]
         pool = {h.chunk_id for h in dense_hits} | set(top_graph) | set(bm25) | chained
         missing = sorted(pool - set(dense))
         dense.update(await similarities(conn, embedding, missing, caller=caller))
         signals = {
             "vector": dense,
             "lexical": bm25,
-            "graph": ranking.graph_signal(graph, pool),
+            "graph": graph.over(pool),
         }
         chosen = {"vector": weights.vector, "lexical": weights.lexical, "graph": weights.graph}
         if not lexical:
             chosen["lexical"] = 0.0
         return ranking.fuse(signals, chosen, pool)
 
-    async def dense_and_graph(extra: set[int]) -> dict[int, float]:
-        """The fused dense and graph scores with these passages among the candidates too."""
+    async def dense_and_graph(extra: dict[int, float]) -> dict[int, float]:
+        """The fused dense and graph scores with these passages (and their cosine to the
+        question) among the candidates too."""
         chained.update(extra)
-        return await fused_ranking(graph, lexical=False)
+        dense.update(extra)
+        return await fused_ranking(signal, lexical=False)
 
-    fused = await fused_ranking(graph)
+    fused = await fused_ranking(signal)
     if methods.reseed_passages and ranker == "ppr":
         top = sorted(fused, key=lambda c: (-fused[c], c))[: methods.reseed_passages]
         bridges = reseed.bridge_seeds(top, hood.mentions, grounding.weights, stats.chunks)
@@ -178,13 +181,15 @@ async def local_search(
             hood.mentions = sorted(set(hood.mentions) | set(more))
             both = Grounding(reseed.split_reset(grounding.weights, bridges), grounding.names)
             graph = await walk(both)
-            fused = await fused_ranking(graph)
+            signal = ranking.GraphSignal.of(graph)
+            fused = await fused_ranking(signal)
     chain: tuple[int, ...] = ()
     first = sorted(fused, key=lambda c: (-fused[c], c))[:k]  # the fused top k, before chains
     if methods.chain_width and ranker == "ppr":
         order, chain = await chain_search.follow_chains(
             conn,
             question,
+            embedding,
             fused,
             sorted(grounding.weights),
             width=methods.chain_width,

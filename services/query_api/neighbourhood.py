@@ -23,7 +23,7 @@ from services.query_api.visibility import (
 )
 
 HUB_MENTIONS = 200  # entities mentioned more often than this are not expanded through
-MAX_BRIDGE_MENTIONS = 4000  # second-step passage links kept (rarest entities first)
+MAX_BRIDGE_MENTIONS = 4000  # passage links each step reads (rarest entities first)
 
 
 @dataclass
@@ -101,7 +101,8 @@ SELECT DISTINCT m.entity_id, m.chunk_id FROM {outer} m.entity_id = ANY(ARRAY(
     SELECT e.id, sum(e.mention_count) OVER (ORDER BY e.mention_count, e.id) AS links
     FROM entities e
     WHERE e.id IN (SELECT p.entity_id FROM {inner} p.chunk_id = ANY(:c))
-      AND e.id <> ALL(:known) AND e.mention_count <= :hub
+      AND NOT EXISTS (SELECT FROM unnest(CAST(:known AS bigint[])) k(id) WHERE k.id = e.id)
+      AND e.mention_count <= :hub
   ) b WHERE b.links <= :max))
 """
 _VISIBLE_MENTIONS = "mentions {m} JOIN documents d ON d.doc_id = {m}.doc_id WHERE " + DOC_VISIBLE
@@ -129,12 +130,29 @@ async def around(
     rels = (await conn.execute(*RELATIONSHIPS.bind(caller, {"e": list(seeds), "n": 500}))).all()
     relations = [(int(s), int(t), str(y), float(w), str(d)) for s, t, y, w, d in rels]
     entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
-    first = await mentions_of(conn, [e for e, _ in await not_hubs(conn, entities)], caller)
+    first = await mentions_of(conn, first_step(await not_hubs(conn, entities), seeds), caller)
     # The bridge: other entities of those passages, rarest first, up to a bound of links.
     bridge = await bridge_step(conn, sorted({c for _, c in first}), entities, caller)
     mentions = sorted(set(first) | set(bridge))
     names, counts = await names_of(conn, entities, caller)
     return LocalGraph(names, counts, relations, mentions)
+
+
+def first_step(ranked: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[int]:
+    """The entities whose passages the first step reads: the (non-hub) seeds, then their
+    relationship neighbours rarest first while the links add up to MAX_BRIDGE_MENTIONS, the
+    same budget as the bridge step's (``ranked``: (entity, mention count), rarest first)."""
+    own = set(seeds)
+    chosen = [e for e, _ in ranked if e in own]
+    links = sum(n for e, n in ranked if e in own)
+    for entity, count in ranked:
+        if entity in own:
+            continue
+        links += count
+        if links > MAX_BRIDGE_MENTIONS:
+            break
+        chosen.append(entity)
+    return chosen
 
 
 async def bridge_step(

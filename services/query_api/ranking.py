@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -180,12 +181,43 @@ def zscores(values: Mapping[K, float]) -> dict[K, float]:
     return {k: ((v - mean) / sd if sd > 1e-12 else 0.0) for k, v in values.items()}
 
 
+def zscores_array(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """zscores over an array (the same rule: population deviation, zeros when flat); fusion
+    and the chains' relevance score thousands of candidates a step this way."""
+    if not len(values):
+        return values
+    sd = float(values.std())
+    if sd <= 1e-12:
+        return np.zeros_like(values)
+    centred: npt.NDArray[np.float64] = (values - values.mean()) / sd
+    return centred
+
+
+@dataclass(frozen=True)
+class GraphSignal:
+    """A walk's passage scores, ordered and normalised once: fusion reads them again at every
+    chain step while the walk stays the same."""
+
+    scores: Mapping[int, float]
+    order: tuple[int, ...]  # passages, best first (ties by id)
+    median: float  # of the positive scores (1.0 when none)
+
+    @classmethod
+    def of(cls, scores: Mapping[int, float]) -> GraphSignal:
+        positive = sorted(v for v in scores.values() if v > 0)
+        median = positive[len(positive) // 2] if positive else 1.0
+        return cls(scores, tuple(sorted(scores, key=lambda c: (-scores[c], c))), median)
+
+    def over(self, candidates: Iterable[int]) -> dict[int, float]:
+        """log1p(score / median positive score) per candidate (0 without graph support): the
+        graph scores span orders of magnitude, the log keeps one hub passage from
+        dominating."""
+        return {c: math.log1p(self.scores.get(c, 0.0) / self.median) for c in candidates}
+
+
 def graph_signal(scores: Mapping[int, float], candidates: Iterable[int]) -> dict[int, float]:
-    """log1p(score / median positive score) per candidate (0 without graph support): the
-    graph scores span orders of magnitude, the log keeps one hub passage from dominating."""
-    positive = sorted(v for v in scores.values() if v > 0)
-    median = positive[len(positive) // 2] if positive else 1.0
-    return {c: math.log1p(scores.get(c, 0.0) / median) for c in candidates}
+    """GraphSignal.over for one use."""
+    return GraphSignal.of(scores).over(candidates)
 
 
 def fuse(
@@ -196,13 +228,12 @@ def fuse(
     """Σ weight·z(signal) over the candidates; a candidate a signal did not score gets that
     signal's minimum (it ranked below the signal's cut-off; measured better than 0)."""
     pool = sorted(set(candidates))
-    fused = dict.fromkeys(pool, 0.0)
+    fused = np.zeros(len(pool))
     for name, weight in weights.items():
         values = signals.get(name, {})
         if weight == 0 or not values:
             continue
         floor = min(values.values())
-        z = zscores({c: values.get(c, floor) for c in pool})
-        for c in pool:
-            fused[c] += weight * z[c]
-    return fused
+        column = np.fromiter((values.get(c, floor) for c in pool), np.float64, len(pool))
+        fused += weight * zscores_array(column)
+    return dict(zip(pool, fused.tolist(), strict=True))

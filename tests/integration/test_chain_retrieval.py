@@ -10,12 +10,14 @@ from sqlalchemy import text
 
 from services.core.access import Caller
 from services.core.db.engine import make_engine
+from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps
 from services.query_api import chain_search
 from services.query_api.lexical import StatsCache
 from tests.support.graph import apply_events
 from tests.support.records import document_event
 
+UNIT = [1.0] * Settings().embedding_dim  # a query embedding for the reached passages' cosine
 QUESTION = "Which canal runs through the birthplace of the composer of Gloria in D major?"
 DOCS = {
     # hop 1: the work names its composer (not the question's word "composer")
@@ -51,7 +53,7 @@ async def _follow(
     """The ranking with the chains' passages, and the best chain."""
     stats = await _stats(engine)
 
-    async def flat(extra: set[int]) -> dict[int, float]:
+    async def flat(extra: dict[int, float]) -> dict[int, float]:
         # every candidate equally relevant on the dense and graph signals: what decides is
         # the chain rules and the question's uncovered terms
         known.update(extra)
@@ -62,6 +64,7 @@ async def _follow(
         return await chain_search.follow_chains(
             conn,
             QUESTION,
+            UNIT,  # the question's embedding: no signal here reads the cosine
             fused,
             seeds,
             width=3,

@@ -10,12 +10,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import make_engine
+from services.core.settings import Settings
 from services.query_api.chain_search import follow_chains
 from services.query_api.chains import ChainStart
 from services.query_api.lexical import StatsCache
 
 pytestmark = pytest.mark.integration
 
+UNIT = [1.0] * Settings().embedding_dim  # a query embedding for the reached passages' cosine
 LELAND = "hotpotqa-aebaeed5d73f"  # "... movies, such as "Maximum Overdrive" (1986) ..."
 MAXIMUM_OVERDRIVE = "hotpotqa-d50de2bed6aa"  # the film's own article
 OTHERS = ("hotpotqa-2f74b64c93a4", "hotpotqa-64cdc59d5cd6")  # a brewery, a basketball team
@@ -41,7 +43,7 @@ async def test_a_follow_up_continues_the_chain_through_the_entity_it_names(
         others = [(await about(conn, d))[0] for d in OTHERS]
         stats = await StatsCache().get(conn)
 
-        async def only_the_film_is_relevant(extra: set[int]) -> dict[int, float]:
+        async def only_the_film_is_relevant(extra: dict[int, float]) -> dict[int, float]:
             return {c: 1.0 if c == film_passage else -1.0 for c in extra}
 
         async def ranking(start: ChainStart | None) -> list[int]:
@@ -50,6 +52,7 @@ async def test_a_follow_up_continues_the_chain_through_the_entity_it_names(
             order, _ = await follow_chains(
                 conn,
                 "Maximum Overdrive",  # the follow-up query: it names the bridge
+                UNIT,  # its embedding: no signal here reads the cosine
                 {others[0]: 2.0, others[1]: 1.0},
                 [film],  # the follow-up query's seed
                 width=3,

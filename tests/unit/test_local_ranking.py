@@ -1,17 +1,20 @@
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from services.query_api.answer import extractive_answer
 from services.query_api.grounding import key_places, question_keys, subsumed
 from services.query_api.ranking import (
+    GraphSignal,
     best_paths,
     fuse,
     graph_signal,
     passage_path_scores,
     personalised_pagerank,
     zscores,
+    zscores_array,
 )
 from services.query_api.schemas import Context
 
@@ -108,3 +111,19 @@ def test_extractive_answer_quotes_a_source_sentence() -> None:
     answer = extractive_answer("Which film was shot in Leland?", [ctx])
     assert answer == "Maximum Overdrive was shot in Leland. [d1]"
     assert extractive_answer("anything", []).startswith("No indexed passage")
+
+
+def test_array_zscores_follow_the_mapping_rule() -> None:
+    values = {1: 0.5, 2: 3.0, 3: -1.25, 4: 0.5}
+    expected = zscores(values)
+    got = zscores_array(np.array(list(values.values())))
+    assert np.allclose(got, [expected[k] for k in values], rtol=0, atol=1e-12)
+    assert not zscores_array(np.full(3, 2.0)).any()  # flat: all zeros, as zscores
+    assert len(zscores_array(np.zeros(0))) == 0
+
+
+def test_graph_signal_orders_once_and_reads_like_graph_signal() -> None:
+    scores = {7: 0.2, 3: 0.2, 9: 0.0, 4: 1.5}
+    signal = GraphSignal.of(scores)
+    assert signal.order == (4, 3, 7, 9)  # best first, ties by id
+    assert signal.over([3, 9, 11]) == graph_signal(scores, [3, 9, 11])
