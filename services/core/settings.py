@@ -427,6 +427,15 @@ class Settings(BaseSettings):
     query_global_communities: int = Field(
         default=8, ge=1, le=50, description="Community summaries global mode ranks and maps."
     )
+    query_ab_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="The share of auto-routed queries that take the other arm's mode (a graph"
+        " mode's question goes to vector, a vector one to local), for the A/B test of graph"
+        " against vector routing: metrics and POST /v1/feedback per arm (docs/curation.md,"
+        " 'Retrieval monitoring'). 0: off.",
+    )
     query_api_probe_s: float = Field(
         default=0.3, gt=0, description="How long `kgstream query` waits for /readyz of the API."
     )

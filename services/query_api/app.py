@@ -26,6 +26,7 @@ from services.query_api.heartbeat import Heartbeat
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
+from services.query_api.monitoring import FeedbackLedger
 from services.query_api.probe_server import ProbeServer
 from services.query_api.readiness import Readiness
 from services.query_api.replicas import ReadRouter, measuring
@@ -111,6 +112,7 @@ def create_app(
         openapi_url="/openapi.json" if docs else None,
     )
     app.state.service = svc
+    app.state.feedback = FeedbackLedger()  # answers whose verdict this process counted
     app.state.publisher = publisher
     app.state.readiness = readiness
     app.state.settings = settings

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.routing import BaseRoute, Match, Mount, Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.query_api.monitoring import PathWindow, PatternLabels
 from services.query_api.schemas import QueryResponse
 
 QUERY_REQUESTS = Counter(
@@ -46,6 +47,30 @@ HTTP_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 REJECTED = Counter("kgstream_api_rejected_total", "Requests refused by a limit", ["limit"])
+# Retrieval monitoring (issue 21; services/query_api/monitoring.py, docs/curation.md).
+QUERY_PATHS = Counter(
+    "kgstream_query_paths_total",
+    "Answered queries by path pattern (mode, hops, relation types; at most 64 names a process,"
+    " then other)",
+    ["pattern"],
+)
+QUERY_PATH_TOP_SHARE = Gauge(
+    "kgstream_query_path_top_share",
+    "Share of this process's answered queries of the last hour that took the most common path"
+    " pattern (0 without queries)",
+)
+QUERY_ARMS = Counter(
+    "kgstream_query_arms_total",
+    "Answered queries by A/B arm (requested, routed, swapped) and mode used",
+    ["arm", "mode"],
+)
+QUERY_FEEDBACK = Counter(
+    "kgstream_query_feedback_total",
+    "Verdicts on answers (POST /v1/feedback) by A/B arm, mode used and useful (true, false)",
+    ["arm", "mode", "useful"],
+)
+_PATTERNS = PatternLabels()
+_WINDOW = PathWindow()
 # Read replicas (issue 20; services/query_api/replicas.py). Targets and replicas are named
 # primary and replica-<n> (the n-th URL of KGSTREAM_DATABASE_READ_URL): a bounded set.
 READS = Counter(
@@ -95,6 +120,16 @@ def observe_query(resp: QueryResponse) -> None:
     QUERY_SECONDS.labels(mode=mode).observe(resp.timings.get("total_ms", 0.0) / 1000)
     QUERY_CONTEXTS.labels(mode=mode).observe(len(resp.contexts))
     QUERY_SNAPSHOT.set(resp.snapshot_id or 0)
+    QUERY_ARMS.labels(arm=resp.arm, mode=mode).inc()
+    label = _PATTERNS.label(resp.path_pattern)
+    QUERY_PATHS.labels(pattern=label).inc()
+    _WINDOW.add(label)
+    QUERY_PATH_TOP_SHARE.set(_WINDOW.top_share())
+
+
+def observe_feedback(arm: str, mode: str, useful: bool) -> None:
+    """A counted verdict on an answer."""
+    QUERY_FEEDBACK.labels(arm=arm, mode=mode, useful=str(useful).lower()).inc()
 
 
 def observe_failed_query(mode: str, status: int) -> None:

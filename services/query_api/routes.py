@@ -26,7 +26,8 @@ from services.query_api.ingest import (
     writable_by,
 )
 from services.query_api.limits import LimitedQuery
-from services.query_api.metrics import observe_failed_query, observe_query
+from services.query_api.metrics import observe_failed_query, observe_feedback, observe_query
+from services.query_api.monitoring import FeedbackLedger, parse_query_id
 from services.query_api.paths import find_routes
 from services.query_api.problems import Problem
 from services.query_api.readiness import Readiness
@@ -35,6 +36,8 @@ from services.query_api.schemas import (
     CommunitiesResponse,
     EntityDetail,
     EntitySummary,
+    FeedbackRequest,
+    FeedbackResponse,
     IngestAccepted,
     NoControl,
     NoNul,
@@ -75,6 +78,21 @@ async def query(req: LimitedQuery, svc: ServiceDep, caller: CallerDep) -> QueryR
         raise
     observe_query(resp)
     return resp
+
+
+@router.post("/v1/feedback", response_model=FeedbackResponse, tags=["query"], dependencies=[QUERY])
+async def feedback(body: FeedbackRequest, request: Request) -> FeedbackResponse:
+    """Whether an answer was useful, counted by its A/B arm and mode used
+    (kgstream_query_feedback_total); a second verdict on the same answer is not counted."""
+    try:
+        arm, mode = parse_query_id(body.query_id)
+    except ValueError as exc:
+        raise Problem(422, "Invalid query id", str(exc)) from None
+    ledger: FeedbackLedger = request.app.state.feedback
+    counted = ledger.first(body.query_id)
+    if counted:
+        observe_feedback(arm, mode, body.useful)
+    return FeedbackResponse(counted=counted, arm=arm, mode=mode)
 
 
 @router.get("/v1/entities", tags=["graph"], dependencies=[QUERY])

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Mode = Literal["vector", "local", "global", "path"]
 RequestMode = Literal["auto", "vector", "local", "global", "path"]
+Arm = Literal["requested", "routed", "swapped"]
 MAX_QUESTION_CHARS = 2000
 MAX_K = 50
 MAX_HOPS = 6
@@ -134,6 +135,37 @@ class QueryResponse(BaseModel):
     notes: list[str] = Field(
         default_factory=list, description="Routing decisions and fallbacks, in order."
     )
+    query_id: str = Field(
+        default="",
+        description="This answer's id, for POST /v1/feedback: <arm>.<mode used>.<hex>.",
+    )
+    arm: Arm = Field(
+        default="requested",
+        description="requested: the caller named the mode; routed: the auto router's choice;"
+        " swapped: the other mode, for the A/B test (KGSTREAM_QUERY_AB_SHARE).",
+    )
+    path_pattern: str = Field(
+        default="",
+        description="The retrieval's path pattern: mode, hops and relation types, e.g."
+        " local:2hop, path:2hop:directed>born_in, global:L1, vector (docs/curation.md).",
+    )
+
+
+class FeedbackRequest(BaseModel):
+    """A verdict on one answer, counted by its A/B arm and mode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: str = Field(min_length=1, max_length=100, description="From the query's answer.")
+    useful: bool
+
+
+class FeedbackResponse(BaseModel):
+    """Whether this verdict was counted (a second one on the same answer is not)."""
+
+    counted: bool
+    arm: str
+    mode: str
 
 
 class EntitySummary(BaseModel):

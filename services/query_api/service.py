@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -23,7 +24,7 @@ from services.core.extraction import Extractor
 from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
 from services.query_api import answer as answers
-from services.query_api import router
+from services.query_api import monitoring, router
 from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.global_mode import global_retrieve
@@ -41,7 +42,7 @@ from services.query_api.retrieval import (
     context_mentions,
     contexts_for,
 )
-from services.query_api.schemas import Context, Mode, QueryRequest, QueryResponse
+from services.query_api.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
 from services.query_api.vector import hybrid_search
 from services.query_api.visibility import widened
 
@@ -62,6 +63,7 @@ class QueryConfig:
     path_max_hops: int = 6
     global_communities: int = 8
     local_followups: int = 0  # LLM follow-up searches after a local retrieval (0: none)
+    ab_share: float = 0.0  # auto-routed queries that take the other arm's mode (monitoring.py)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryConfig:
@@ -83,6 +85,7 @@ class QueryConfig:
             path_max_hops=settings.query_path_max_hops,
             global_communities=settings.query_global_communities,
             local_followups=settings.query_local_followups,
+            ab_share=settings.query_ab_share,
         )
 
 
@@ -113,6 +116,7 @@ class QueryService:
     withheld: WithheldCache = field(default_factory=WithheldCache)  # core/erasure.py
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
     reads: ReadRouter | None = None  # replicas or the primary (services/query_api/replicas.py)
+    draw: Callable[[], float] = random.random  # the A/B split's draw in [0, 1)
 
     def read(
         self, want: Wanted | None = None
@@ -130,7 +134,7 @@ class QueryService:
         caller can see, then answer (the LLM only ever reads what was retrieved)."""
         t0 = time.perf_counter()
         usage = Usage()
-        mode, routed_why = await self._mode(req, usage)
+        mode, routed_why, arm = await self._mode(req, usage)
         t_route = time.perf_counter()
         embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
@@ -158,6 +162,9 @@ class QueryService:
         if routed_why:
             result.notes.insert(0, routed_why)
         return QueryResponse(
+            query_id=monitoring.query_id(result.mode, arm),
+            arm=arm,
+            path_pattern=monitoring.path_pattern(result),
             answer=text_answer,
             support=support,
             mode_used=result.mode,
@@ -226,9 +233,17 @@ class QueryService:
             async with self.read(Wanted.of(req)) as (conn, _):
                 result.mentions = await context_mentions(conn, answer_contexts(result))
 
-    async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
+    async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str, Arm]:
+        """The mode, why it was chosen, and the A/B arm (monitoring.py)."""
         if req.mode != "auto":
-            return req.mode, ""
+            return req.mode, "", "requested"
+        mode, why = await self._route(req, usage)
+        if self.config.ab_share and self.draw() < self.config.ab_share:
+            other = monitoring.ab_swap(mode)
+            return other, f"{why}; A/B: swapped to {other} (KGSTREAM_QUERY_AB_SHARE)", "swapped"
+        return mode, why, "routed"
+
+    async def _route(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
         if self.llm is not None:
             try:
                 route, reply = await self.run_blocking(router.llm_route, self.llm, req.question)

@@ -46,6 +46,7 @@ EVENT = {"event_id": "auth-1", "type": "upsert", "doc_id": "auth-doc", "text": "
 # test_every_route_has_a_scope_decision: decide its scope in routes.py and add it here.
 SCOPES: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/query"): "query",
+    ("POST", "/v1/feedback"): "query",
     ("GET", "/v1/entities"): "query",
     ("GET", "/v1/entities/{entity_id}"): "query",
     ("GET", "/v1/paths"): "query",
@@ -77,6 +78,10 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
     """A request that succeeds (200/202) on the sample database, per route."""
     return {
         ("POST", "/v1/query"): {"url": "/v1/query", "json": {"question": "Leland", "k": 2}},
+        ("POST", "/v1/feedback"): {
+            "url": "/v1/feedback",
+            "json": {"query_id": "routed.vector." + "0" * 32, "useful": True},
+        },
         ("GET", "/v1/entities"): {"url": "/v1/entities", "params": {"name": "Leland"}},
         ("GET", "/v1/entities/{entity_id}"): {"url": f"/v1/entities/{sample.source}"},
         ("GET", "/v1/paths"): {
