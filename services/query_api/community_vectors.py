@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 # :l is a level, or NULL for the leaves (as in global_mode).
 _VECTORS = text(
@@ -54,31 +58,46 @@ async def snapshot_levels(conn: AsyncConnection, snapshot_id: int) -> list[int]:
 
 
 @dataclass
-class CommunityVectors:
-    """Per (snapshot, level) matrices of the newest snapshot asked about, and its levels; an
-    older snapshot's are dropped when a newer one is loaded (a reader still inside it loads it
-    again)."""
+class NewestSnapshot(Generic[K, V]):
+    """Values by key for the newest snapshot asked about: storing a newer snapshot's value
+    drops the older one's, and an older snapshot's value is not stored (a reader still inside
+    it reads it again). Snapshots are immutable, so a held value never goes stale."""
 
-    _levels: dict[tuple[int, int | None], LevelVectors] = field(default_factory=dict)
-    _level_list: tuple[int, tuple[int, ...]] | None = None
+    snapshot: int = -1
+    values: dict[K, V] = field(default_factory=dict)
+
+    def get(self, snapshot_id: int, key: K) -> V | None:
+        return self.values.get(key) if snapshot_id == self.snapshot else None
+
+    def put(self, snapshot_id: int, key: K, value: V) -> None:
+        if snapshot_id > self.snapshot:
+            self.snapshot, self.values = snapshot_id, {}
+        if snapshot_id == self.snapshot:
+            self.values[key] = value
+
+
+@dataclass
+class CommunityVectors:
+    """Per level matrices of the newest snapshot asked about, and its level list."""
+
+    _vectors: NewestSnapshot[int | None, LevelVectors] = field(default_factory=NewestSnapshot)
+    _levels: NewestSnapshot[None, tuple[int, ...]] = field(default_factory=NewestSnapshot)
 
     async def levels(self, conn: AsyncConnection, snapshot_id: int) -> list[int]:
         """The snapshot's levels that have communities, read the first time they are asked for
         (counting them scanned every community on every global query: 149 ms a query at 1M
         entities, docs/BENCHMARKS.md "Scale by bulk build")."""
-        if self._level_list is not None and self._level_list[0] == snapshot_id:
-            return list(self._level_list[1])
-        found = await snapshot_levels(conn, snapshot_id)
-        if self._level_list is None or snapshot_id >= self._level_list[0]:
-            self._level_list = (snapshot_id, tuple(found))
-        return found
+        held = self._levels.get(snapshot_id, None)
+        if held is None:
+            held = tuple(await snapshot_levels(conn, snapshot_id))
+            self._levels.put(snapshot_id, None, held)
+        return list(held)
 
     async def level(
         self, conn: AsyncConnection, snapshot_id: int, level: int | None
     ) -> LevelVectors:
         """The level's vectors, read from ``conn`` the first time they are asked for."""
-        key = (snapshot_id, level)
-        found = self._levels.get(key)
+        found = self._vectors.get(snapshot_id, level)
         if found is None:
             found_rows = (await conn.execute(_VECTORS, {"s": snapshot_id, "l": level})).all()
             rows = sorted(found_rows, key=lambda r: int(r[0]))
@@ -88,8 +107,5 @@ class CommunityVectors:
             norms = np.linalg.norm(matrix, axis=1, keepdims=True)
             unit = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
             found = LevelVectors(ids, unit)
-            newest = max([snapshot_id, *(s for s, _ in self._levels)])
-            self._levels = {k: v for k, v in self._levels.items() if k[0] == newest}
-            if snapshot_id == newest:
-                self._levels[key] = found
+            self._vectors.put(snapshot_id, level, found)
         return found

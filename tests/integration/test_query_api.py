@@ -139,7 +139,8 @@ async def test_in_memory_community_ranking_matches_sql(
                         assert (a.title, a.level, a.size) == (b.title, b.level, b.size)
             # an older snapshot's matrices are dropped when a newer one is read
             await vectors.level(conn, snapshot + 1, None)
-            assert {key[0] for key in vectors._levels} == {snapshot + 1}
+            assert vectors._vectors.snapshot == snapshot + 1
+            assert set(vectors._vectors.values) == {None}
     finally:
         await engine.dispose()
 
