@@ -8,16 +8,20 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from services.cli.common import fail as _fail
+from services.cli.common import settings as _settings
+from services.cli.common import with_engine as _with_engine
+from services.cli.review import review_app
 from services.core.settings import Settings
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    pass
 
 T = TypeVar("T")
 
@@ -30,25 +34,9 @@ dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list and replay.
 app.add_typer(dlq_app, name="dlq")
 keys_app = typer.Typer(no_args_is_help=True, help="API keys of the query API.")
 app.add_typer(keys_app, name="keys")
+app.add_typer(review_app, name="review")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-
-
-def _settings(process: str = "cli") -> Settings:
-    """The settings, and logging set up for ``process`` (KGSTREAM_LOG_LEVEL, _LOG_FORMAT)."""
-    from services.core.cpu_budget import cpu_threads, size_thread_pools
-    from services.core.logs import setup_logging
-
-    settings = Settings()
-    setup_logging(settings.log_level, settings.log_format, process)
-    # Before numpy, onnxruntime and spaCy load: they size their thread pools once.
-    size_thread_pools(cpu_threads(settings.cpu_threads))
-    return settings
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code)
 
 
 @infra_app.command("up")
@@ -540,25 +528,6 @@ def dlq_replay(
             await engine.dispose()
 
     sys.exit(asyncio.run(go()))
-
-
-def _with_engine(work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    """Run ``work`` on an engine for the configured database, disposed afterwards."""
-    from services.core.db.engine import DbTimeouts, make_engine
-    from services.core.infra.manager import resolve_endpoints
-
-    settings = _settings()
-    engine = make_engine(
-        resolve_endpoints(settings).database_url, timeouts=DbTimeouts.from_settings(settings)
-    )
-
-    async def go() -> T:
-        try:
-            return await work(engine)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
 
 
 @keys_app.command("create")

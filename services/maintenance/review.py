@@ -1,0 +1,167 @@
+"""Review of entity links (the seed's weekly sample; issue 21, deliverable 4): draw merges and
+candidate duplicate pairs with the evidence a person needs to judge them, and score a graph
+against judged pairs.
+
+A review item is two mentions, each named by its document and surface (so a verdict outlives
+entity ids and rebuilds), of one of two kinds:
+
+- ``merged``: an alias the resolver merged into an entity whose key differs from it, against
+  the entity's own name: is the merge right?
+- ``candidate``: two entities the graph keeps apart that the resolver's candidate rule matches
+  (compatible type groups; trigram similarity >= 0.5, or one name a whole-word prefix or
+  suffix of the other): are they one?
+
+Scoring keeps the kinds apart (they are drawn from different populations): of the candidates
+judged the same, the share still apart (the duplicate rate); of the merges judged different,
+the share still merged (the false-merge rate); with 95% Wilson intervals.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+KINDS = ("candidate", "merged")
+VERDICTS = ("same", "different", "unsure")
+CONTEXTS_PER_SIDE = 2
+SENTENCE_CHARS = 400
+
+_CANDIDATES = text(
+    "SELECT a.id, b.id FROM entities a JOIN entities b ON a.id < b.id"
+    " WHERE (a.type_group = b.type_group OR 'ANY' IN (a.type_group, b.type_group))"
+    "  AND (similarity(a.name, b.name) >= 0.5"
+    "   OR b.key LIKE '% ' || a.key OR a.key LIKE '% ' || b.key"
+    "   OR b.key LIKE a.key || ' %' OR a.key LIKE b.key || ' %')"
+    " ORDER BY a.id, b.id"
+)
+_MERGED = text(
+    "SELECT e.id, a.alias FROM aliases a JOIN entities e ON e.id = a.entity_id"
+    " WHERE a.alias_key <> e.key ORDER BY e.id, a.alias"
+)
+_ENTITY = text("SELECT name, type FROM entities WHERE id = :e")
+# An entity's first mentions (with one surface, or any), their sentences and titles.
+_CONTEXTS = text(
+    "SELECT m.doc_id, m.surface, m.sentence, d.title FROM mentions m"
+    " JOIN documents d ON d.doc_id = m.doc_id"
+    " WHERE m.entity_id = :e AND (CAST(:surface AS text) IS NULL OR m.surface = :surface)"
+    "  AND m.start_char >= 0 AND NOT d.deleted"
+    " ORDER BY m.doc_id, m.start_char LIMIT :n"
+)
+# The entity a (document, surface) mention belongs to now.
+_OWNER = text(
+    "SELECT entity_id FROM mentions WHERE doc_id = :d AND surface = :s AND start_char >= 0"
+    " ORDER BY start_char LIMIT 1"
+)
+
+
+async def _side(conn: AsyncConnection, entity: int, surface: str | None) -> dict[str, Any]:
+    found = (await conn.execute(_ENTITY, {"e": entity})).first()
+    values = {"e": entity, "surface": surface, "n": CONTEXTS_PER_SIDE}
+    rows = (await conn.execute(_CONTEXTS, values)).all()
+    contexts = [
+        {"doc_id": d, "title": t, "surface": s, "sentence": x[:SENTENCE_CHARS]}
+        for d, s, x, t in rows
+    ]
+    name, etype = (found[0], found[1]) if found else ("", "")
+    return {"entity": name, "type": etype, "contexts": contexts}
+
+
+async def sample(
+    conn: AsyncConnection, *, candidates: int, merges: int, seed: int | None = None
+) -> list[dict[str, Any]]:
+    """Up to ``candidates`` candidate pairs and ``merges`` merges drawn uniformly (seeded),
+    each side with its first two mentions (the entity's side of a merge: those of them by
+    another surface than the alias); an item with a side without mentions is skipped."""
+    rng = random.Random(seed)  # noqa: S311 - a sample, not a secret
+    items: list[dict[str, Any]] = []
+    pairs = (await conn.execute(_CANDIDATES)).all()
+    for a, b in rng.sample(pairs, min(candidates, len(pairs))):
+        left, right = await _side(conn, a, None), await _side(conn, b, None)
+        if left["contexts"] and right["contexts"]:
+            items.append({"kind": "candidate", "a": left, "b": right})
+    merged = (await conn.execute(_MERGED)).all()
+    for entity, alias in rng.sample(merged, min(merges, len(merged))):
+        own, aliased = await _side(conn, entity, None), await _side(conn, entity, alias)
+        # the entity's side: those of its first mentions that use another surface
+        own["contexts"] = [c for c in own["contexts"] if c["surface"] != alias]
+        if own["contexts"] and aliased["contexts"]:
+            items.append({"kind": "merged", "a": own, "b": aliased})
+    return items
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion ((0, 1) without observations)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def rate(hits: int, n: int) -> dict[str, Any]:
+    """A share with its interval, for reports."""
+    low, high = wilson(hits, n)
+    return {
+        "hits": hits,
+        "of": n,
+        "share": round(hits / n, 3) if n else None,
+        "ci95": [round(low, 3), round(high, 3)],
+    }
+
+
+def check_item(item: Mapping[str, Any]) -> None:
+    """ValueError naming what is wrong with a judged item."""
+    if item.get("kind") not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+    if item.get("label") not in VERDICTS:
+        raise ValueError(f"label must be one of {', '.join(VERDICTS)}")
+    for side in ("a", "b"):
+        contexts = item.get(side, {}).get("contexts") if isinstance(item.get(side), dict) else None
+        if not contexts or not all("doc_id" in c and "surface" in c for c in contexts):
+            raise ValueError(f"{side}.contexts must list mentions with doc_id and surface")
+
+
+async def _owner(conn: AsyncConnection, side: Mapping[str, Any]) -> int | None:
+    for context in side["contexts"]:
+        found = await conn.scalar(_OWNER, {"d": context["doc_id"], "s": context["surface"]})
+        if found is not None:
+            return int(found)
+    return None
+
+
+async def score(conn: AsyncConnection, items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The graph as it is now against judged items (``unsure`` ones are left out); an item
+    whose mentions are gone (its document deleted) counts as missing."""
+    counts = {
+        kind: {"same": 0, "same_apart": 0, "different": 0, "different_merged": 0, "missing": 0}
+        for kind in KINDS
+    }
+    for item in items:
+        check_item(item)
+        if item["label"] == "unsure":
+            continue
+        tally = counts[item["kind"]]
+        a, b = await _owner(conn, item["a"]), await _owner(conn, item["b"])
+        if a is None or b is None:
+            tally["missing"] += 1
+        elif item["label"] == "same":
+            tally["same"] += 1
+            tally["same_apart"] += a != b
+        else:
+            tally["different"] += 1
+            tally["different_merged"] += a == b
+    pairs, merges = counts["candidate"], counts["merged"]
+    decided = {kind: c["same"] + c["different"] for kind, c in counts.items()}
+    return {
+        "counts": counts,
+        "duplicate_rate": rate(pairs["same_apart"], decided["candidate"]),
+        "false_merge_rate": rate(merges["different_merged"], decided["merged"]),
+        "merges_made_of_distinct_pairs": rate(pairs["different_merged"], decided["candidate"]),
+        "true_merges_undone": rate(merges["same_apart"], decided["merged"]),
+    }
