@@ -16,7 +16,6 @@ from services.query_api.visibility import (
     ends_visible,
     entity_facts,
     visible_evidence,
-    widened,
 )
 
 _SEARCH_ADMIN = (
@@ -81,7 +80,6 @@ async def search_entities(
     conn: AsyncConnection, name: str, limit: int, *, caller: Caller
 ) -> list[EntitySummary]:
     """Entities the caller can see whose name or alias matches ``name``, best match first."""
-    caller = await widened(conn, caller)
     values = {"key": entity_key(name), "name": name, "n": limit}
     rows = (await conn.execute(*_SEARCH.bind(caller, values))).all()
     if caller.unfiltered:
@@ -116,7 +114,6 @@ async def entity_detail(
 ) -> EntityDetail | None:
     """The entity with its strongest relationships, or None when it does not exist or the
     caller cannot see it (so existence does not leak)."""
-    caller = await widened(conn, caller)
     facts = (await entity_facts(conn, caller, [entity_id])).get(entity_id)
     if facts is None:
         return None

@@ -25,7 +25,6 @@ from services.query_api.visibility import (
     Filtered,
     community_visible,
     community_visible_to_all,
-    widened,
 )
 
 _BROAD = re.compile(
@@ -283,7 +282,6 @@ async def list_communities(
     erasures: WithheldCache | None = None,
 ) -> list[CommunitySummary]:
     """Communities of the snapshot (one level, or all) the caller may read, best rated first."""
-    caller = await widened(conn, caller)
     withheld = await _withheld(conn, snapshot_id, erasures)
     values = {"s": snapshot_id, "l": level, "n": limit, "withheld": withheld}
     rows = (await conn.execute(*_LIST.bind(caller, values))).all()

@@ -27,7 +27,6 @@ from services.query_api.visibility import (
     ends_visible,
     entity_facts,
     visible_evidence,
-    widened,
 )
 
 EDGES_PER_NODE = 40  # strongest relationships followed out of any one entity
@@ -195,7 +194,6 @@ async def find_routes(
 ) -> tuple[list[Route], list[int]]:
     """Up to k routes with evidence, and the evidence chunks in route order (all visible to the
     caller)."""
-    caller = await widened(conn, caller)
     graph = await load_between(conn, source, target, max_hops, caller=caller)
     found = k_shortest(graph, source, target, k, max_hops)
     ev = await evidence(conn, [r for p in found for r in p.relationships], caller=caller)

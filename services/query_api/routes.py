@@ -105,8 +105,8 @@ async def entities(
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
 ) -> dict[str, Any]:
     """Entities whose name or alias matches, best first."""
-    async with svc.read() as (conn, snapshot_id):
-        found = await search_entities(conn, name, limit, caller=caller)
+    async with svc.read_as(caller) as (conn, snapshot_id, reader):
+        found = await search_entities(conn, name, limit, caller=reader)
     return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
 
 
@@ -120,8 +120,8 @@ async def entity(
     neighbours: Annotated[int, Query(ge=0, le=200)] = 25,
 ) -> EntityDetail:
     """One entity with its strongest relationships and their best evidence."""
-    async with svc.read() as (conn, _):
-        found = await entity_detail(conn, entity_id, neighbours, caller=caller)
+    async with svc.read_as(caller) as (conn, _, reader):
+        found = await entity_detail(conn, entity_id, neighbours, caller=reader)
     if found is None:
         raise Problem(404, "Entity not found", f"no entity has id {entity_id}")
     return found
@@ -138,12 +138,12 @@ async def paths(
     max_hops: Annotated[int, Query(ge=1, le=MAX_HOPS)] = MAX_HOPS,
 ) -> PathsResponse:
     """k shortest paths (≤ max_hops) between two entities given by id or name."""
-    async with svc.read() as (conn, snapshot_id):
+    async with svc.read_as(caller) as (conn, snapshot_id, reader):
         ends = [
-            await _resolve(conn, source, "from", caller),
-            await _resolve(conn, target, "to", caller),
+            await _resolve(conn, source, "from", reader),
+            await _resolve(conn, target, "to", reader),
         ]
-        routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops, caller=caller)
+        routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops, caller=reader)
     return PathsResponse(source=ends[0], target=ends[1], snapshot_id=snapshot_id, paths=routes)
 
 
@@ -169,11 +169,11 @@ async def communities(
 ) -> CommunitiesResponse:
     """Communities of the published snapshot (one level, or all) the caller may read, best
     rated first."""
-    async with svc.read() as (conn, snapshot_id):
+    async with svc.read_as(caller) as (conn, snapshot_id, reader):
         found = []
         if snapshot_id is not None:
             found = await list_communities(
-                conn, snapshot_id, level, limit, caller=caller, erasures=svc.withheld
+                conn, snapshot_id, level, limit, caller=reader, erasures=svc.withheld
             )
     return CommunitiesResponse(snapshot_id=snapshot_id, level=level, communities=found)
 

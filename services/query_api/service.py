@@ -5,10 +5,11 @@ published snapshot; model calls (embedding, NER, LLM) run in the executor, outsi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -125,6 +126,16 @@ class QueryService:
         snapshot id), on a replica or the primary, showing at least ``want``."""
         return (self.reads or ReadRouter(self.engine)).snapshot(want)
 
+    @contextlib.asynccontextmanager
+    async def read_as(
+        self, caller: Caller, want: Wanted | None = None
+    ) -> AsyncIterator[tuple[AsyncConnection, int | None, Caller]]:
+        """``read``, and the caller as its reads take it: whole-corpus when it sees every live
+        document in this transaction's snapshot (visibility.widened), decided once per read
+        for every statement in it."""
+        async with self.read(want) as (conn, snapshot_id):
+            yield conn, snapshot_id, await widened(conn, caller)
+
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run model code in the executor, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -138,7 +149,7 @@ class QueryService:
         t_route = time.perf_counter()
         embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
-        async with self.read(Wanted.of(req)) as (conn, snapshot_id):
+        async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
             result = await self._retrieve(
                 conn,
                 req,
@@ -146,7 +157,7 @@ class QueryService:
                 embedding=embedding,
                 spans=spans,
                 snapshot_id=snapshot_id,
-                caller=caller,
+                caller=reader,
             )
             if result.mode != "global":  # the offline answer (or an LLM's fallback) reads them
                 result.mentions = await context_mentions(conn, answer_contexts(result))
@@ -216,7 +227,7 @@ class QueryService:
 
         async def search(query: str, start: ChainStart | None) -> Retrieval:
             embedding, spans = await self._read_question(query, with_spans=True)
-            async with self.read(Wanted.of(req)) as (conn, snapshot_id):
+            async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
                 return await self._retrieve(
                     conn,
                     req.model_copy(update={"question": query}),
@@ -224,7 +235,7 @@ class QueryService:
                     embedding=embedding,
                     spans=spans,
                     snapshot_id=snapshot_id,
-                    caller=caller,
+                    caller=reader,
                     chain_start=start,
                 )
 
@@ -268,8 +279,8 @@ class QueryService:
         chain_start: ChainStart | None = None,
     ) -> Retrieval:
         """The mode's retrieval, falling back (global and path and local to vector, path to
-        local) with a note when the mode finds nothing to go on."""
-        caller = await widened(conn, caller)  # one check a read: the filtered reads or not
+        local) with a note when the mode finds nothing to go on; ``caller`` as ``read_as``
+        gives it."""
         asked = _Asked(conn, req, embedding, await self.stats.get(conn), snapshot_id, caller)
         notes: list[str] = []
         if mode == "global":

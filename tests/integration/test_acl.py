@@ -32,10 +32,8 @@ from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.settings import Settings
-from services.query_api import entities as entities_module
-from services.query_api import global_mode, vector, visibility
-from services.query_api import paths as paths_module
 from services.query_api import service as service_module
+from services.query_api import vector, visibility
 from services.query_api.app import create_app
 from services.query_api.auth import get_caller
 from services.query_api.llm import OpenAIChat
@@ -518,8 +516,7 @@ def _filtered_reads_only(monkeypatch: pytest.MonkeyPatch) -> None:
     async def as_given(_conn: object, caller: Caller) -> Caller:
         return caller
 
-    for module in (service_module, entities_module, paths_module, global_mode):
-        monkeypatch.setattr(module, "widened", as_given)
+    monkeypatch.setattr(service_module, "widened", as_given)  # the one place reads widen
 
 
 @settings(

@@ -303,3 +303,25 @@ async def test_database_down_is_503(
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["status"] == "unavailable"
+
+
+async def test_each_request_decides_whole_corpus_once(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole-corpus check runs once per read (QueryService.read_as), however many look-ups
+    the request makes in it: /v1/paths resolves two names and loads routes in one read."""
+    from services.query_api import service as service_module
+    from services.query_api.visibility import widened as real
+
+    calls: list[Caller] = []
+
+    async def counted(conn: Any, caller: Caller) -> Caller:
+        calls.append(caller)
+        return await real(conn, caller)
+
+    monkeypatch.setattr(service_module, "widened", counted)
+    resp = await api.get("/v1/paths", params={"from": "Leland", "to": "Maximum Overdrive"})
+    assert resp.status_code == 200, resp.text
+    assert len(calls) == 1
+    await ask(api, question=LELAND_Q, mode="path", k=3)
+    assert len(calls) == 2
