@@ -69,8 +69,9 @@ def sample(args: argparse.Namespace) -> None:
 
 def measure(args: argparse.Namespace) -> None:
     """The corpus's records scored against the graph (review.score: per kind, not mixed)."""
-    records = [json.loads(line) for line in Path(args.labels).read_text().splitlines() if line]
-    mine = [r for r in records if r["corpus"] == args.corpus]
+    lines = Path(args.labels).read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    mine = [r for r in records if r.get("corpus") == args.corpus]
     with connect(args) as url:
         report = asyncio.run(_on(url, lambda conn: review.score(conn, mine)))
     print(json.dumps({"corpus": args.corpus, **report}, indent=None if args.json else 1))

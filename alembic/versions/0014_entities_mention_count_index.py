@@ -7,6 +7,11 @@ Read from the table, that was a scan of every entity row (about 2 KB each with t
 vector: 25,000 pages at 105k entities); read from this index (id, mention_count), it is an
 index-only scan of a few hundred pages (3.3 MB at 105k entities). Issue 20.
 
+The cost is on the write side: an update of an entity's mention count now updates this index
+too (it can no longer be a heap-only update), and the index is built without CONCURRENTLY
+(migrations run in a transaction), holding writes to entities for its build (seconds at 1M
+entities).
+
 Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-26

@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -19,9 +19,6 @@ from services.cli.common import settings as _settings
 from services.cli.common import with_engine as _with_engine
 from services.cli.review import review_app
 from services.core.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 T = TypeVar("T")
 

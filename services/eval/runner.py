@@ -104,7 +104,9 @@ def load_jsonl(path: Path) -> list[dict[str, Any]]:
 def fresh_database(settings: Settings) -> Iterator[str]:
     """A migrated database on an embedded PostgreSQL in a temporary home, deleted afterwards."""
     with tempfile.TemporaryDirectory(prefix="kgstream-eval-") as home:
-        pg = EmbeddedPostgres(Path(home), settings.embedded_user)
+        pg = EmbeddedPostgres(
+            Path(home), settings.embedded_user, shared_buffers=settings.embedded_shared_buffers
+        )
         try:
             url = pg.start()
             migrations.upgrade(url, settings.embedding_dim)
@@ -152,7 +154,9 @@ def kept_database(
             f"--keep {home}: the directory is not empty and holds no kept eval database "
             f"({KEEP_MARKER} is missing); choose a new or empty directory"
         )
-    pg = EmbeddedPostgres(home, settings.embedded_user)
+    pg = EmbeddedPostgres(
+        home, settings.embedded_user, shared_buffers=settings.embedded_shared_buffers
+    )
     found = json.loads(marker.read_text()) if marker.exists() else None
     reuse = found == {"fingerprint": fingerprint, "ingested": True} and pg.has_data()
     if found is not None and not reuse:

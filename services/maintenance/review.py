@@ -7,9 +7,10 @@ entity ids and rebuilds), of one of two kinds:
 
 - ``merged``: an alias the resolver merged into an entity whose key differs from it, against
   the entity's own name: is the merge right?
-- ``candidate``: two entities the graph keeps apart that the resolver's candidate rule matches
+- ``candidate``: two entities the graph keeps apart that a person would suspect are one
   (compatible type groups; trigram similarity >= 0.5, or one name a whole-word prefix or
-  suffix of the other): are they one?
+  suffix of the other: looser than the resolver's own rule, bench/eval_resolution.py's):
+  are they one?
 
 Scoring keeps the kinds apart (they are drawn from different populations): of the candidates
 judged the same, the share still apart (the duplicate rate); of the merges judged different,
@@ -49,6 +50,7 @@ _CONTEXTS = text(
     "SELECT m.doc_id, m.surface, m.sentence, d.title FROM mentions m"
     " JOIN documents d ON d.doc_id = m.doc_id"
     " WHERE m.entity_id = :e AND (CAST(:surface AS text) IS NULL OR m.surface = :surface)"
+    "  AND (CAST(:other_than AS text) IS NULL OR m.surface <> :other_than)"
     "  AND m.start_char >= 0 AND NOT d.deleted"
     " ORDER BY m.doc_id, m.start_char LIMIT :n"
 )
@@ -59,9 +61,11 @@ _OWNER = text(
 )
 
 
-async def _side(conn: AsyncConnection, entity: int, surface: str | None) -> dict[str, Any]:
+async def _side(
+    conn: AsyncConnection, entity: int, surface: str | None, other_than: str | None = None
+) -> dict[str, Any]:
     found = (await conn.execute(_ENTITY, {"e": entity})).first()
-    values = {"e": entity, "surface": surface, "n": CONTEXTS_PER_SIDE}
+    values = {"e": entity, "surface": surface, "other_than": other_than, "n": CONTEXTS_PER_SIDE}
     rows = (await conn.execute(_CONTEXTS, values)).all()
     contexts = [
         {"doc_id": d, "title": t, "surface": s, "sentence": x[:SENTENCE_CHARS]}
@@ -75,8 +79,12 @@ async def sample(
     conn: AsyncConnection, *, candidates: int, merges: int, seed: int | None = None
 ) -> list[dict[str, Any]]:
     """Up to ``candidates`` candidate pairs and ``merges`` merges drawn uniformly (seeded),
-    each side with its first two mentions (the entity's side of a merge: those of them by
-    another surface than the alias); an item with a side without mentions is skipped."""
+    each side with its first two mentions (the entity's side of a merge: by another surface
+    than the alias); an item with a side without mentions is skipped.
+
+    The candidate pairs are found by comparing every pair of entities (no index serves the
+    rule): seconds at the development corpora's ~20k entities, far too long at 100k and more
+    (docs/curation.md, "Review")."""
     rng = random.Random(seed)  # noqa: S311 - a sample, not a secret
     items: list[dict[str, Any]] = []
     pairs = (await conn.execute(_CANDIDATES)).all()
@@ -86,9 +94,9 @@ async def sample(
             items.append({"kind": "candidate", "a": left, "b": right})
     merged = (await conn.execute(_MERGED)).all()
     for entity, alias in rng.sample(merged, min(merges, len(merged))):
-        own, aliased = await _side(conn, entity, None), await _side(conn, entity, alias)
-        # the entity's side: those of its first mentions that use another surface
-        own["contexts"] = [c for c in own["contexts"] if c["surface"] != alias]
+        # the entity's side: its first mentions by another surface than the alias
+        own = await _side(conn, entity, None, other_than=alias)
+        aliased = await _side(conn, entity, alias)
         if own["contexts"] and aliased["contexts"]:
             items.append({"kind": "merged", "a": own, "b": aliased})
     return items
@@ -123,7 +131,11 @@ def check_item(item: Mapping[str, Any]) -> None:
         raise ValueError(f"label must be one of {', '.join(VERDICTS)}")
     for side in ("a", "b"):
         contexts = item.get(side, {}).get("contexts") if isinstance(item.get(side), dict) else None
-        if not contexts or not all("doc_id" in c and "surface" in c for c in contexts):
+        if (
+            not isinstance(contexts, list)
+            or not contexts
+            or not all(isinstance(c, dict) and "doc_id" in c and "surface" in c for c in contexts)
+        ):
             raise ValueError(f"{side}.contexts must list mentions with doc_id and surface")
 
 

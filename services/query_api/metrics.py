@@ -121,9 +121,8 @@ def observe_query(resp: QueryResponse) -> None:
     QUERY_CONTEXTS.labels(mode=mode).observe(len(resp.contexts))
     QUERY_SNAPSHOT.set(resp.snapshot_id or 0)
     QUERY_ARMS.labels(arm=resp.arm, mode=mode).inc()
-    label = _PATTERNS.label(resp.path_pattern)
-    QUERY_PATHS.labels(pattern=label).inc()
-    _WINDOW.add(label)
+    QUERY_PATHS.labels(pattern=_PATTERNS.label(resp.path_pattern)).inc()
+    _WINDOW.add(resp.path_pattern)  # the raw pattern: "other" is many patterns, not one
     QUERY_PATH_TOP_SHARE.set(_WINDOW.top_share())
 
 

@@ -187,7 +187,7 @@ def zscores_array(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     if not len(values):
         return values
     sd = float(values.std())
-    if sd <= 1e-12:
+    if not sd > 1e-12:  # flat, or NaN somewhere (a zero vector's cosine): as zscores, all 0
         return np.zeros_like(values)
     centred: npt.NDArray[np.float64] = (values - values.mean()) / sd
     return centred

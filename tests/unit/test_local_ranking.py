@@ -120,6 +120,15 @@ def test_array_zscores_follow_the_mapping_rule() -> None:
     assert np.allclose(got, [expected[k] for k in values], rtol=0, atol=1e-12)
     assert not zscores_array(np.full(3, 2.0)).any()  # flat: all zeros, as zscores
     assert len(zscores_array(np.zeros(0))) == 0
+    # a NaN (the cosine of a zero vector) makes the signal flat, as zscores does: no NaN fuses
+    assert not zscores_array(np.array([0.2, np.nan, 0.4])).any()
+    assert zscores({1: 0.2, 2: float("nan")}) == {1: 0.0, 2: 0.0}
+    fused = fuse(
+        {"vector": {1: 0.3, 2: float("nan")}, "graph": {1: 1.0, 2: 2.0}},
+        {"vector": 1, "graph": 1},
+        [1, 2],
+    )
+    assert fused[2] > fused[1]
 
 
 def test_graph_signal_orders_once_and_reads_like_graph_signal() -> None:

@@ -36,6 +36,7 @@ def _item(**changes: object) -> dict[str, object]:
         ({"a": {"contexts": []}}, "a.contexts"),
         ({"b": {"contexts": [{"doc_id": "d2"}]}}, "b.contexts"),
         ({"a": "Mao"}, "a.contexts"),
+        ({"a": {"contexts": ["doc_id surface"]}}, "a.contexts"),
     ],
 )
 def test_bad_items_are_named(changes: dict[str, object], message: str) -> None:
