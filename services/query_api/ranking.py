@@ -172,18 +172,15 @@ def normalised_importance(values: Mapping[int, float]) -> dict[int, float]:
 
 
 def zscores(values: Mapping[K, float]) -> dict[K, float]:
-    """Standard scores; all zeros when the values do not vary."""
-    if not values:
-        return {}
-    xs = list(values.values())
-    mean = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
-    return {k: ((v - mean) / sd if sd > 1e-12 else 0.0) for k, v in values.items()}
+    """Standard scores by key (zscores_array's rule)."""
+    column = np.fromiter(values.values(), np.float64, len(values))
+    return dict(zip(values, zscores_array(column).tolist(), strict=True))
 
 
 def zscores_array(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """zscores over an array (the same rule: population deviation, zeros when flat); fusion
-    and the chains' relevance score thousands of candidates a step this way."""
+    """Standard scores (population deviation); all zeros when the values do not vary or one
+    is NaN (a zero vector's cosine). Fusion and the chains' relevance score thousands of
+    candidates a step this way."""
     if not len(values):
         return values
     sd = float(values.std())
@@ -213,11 +210,6 @@ class GraphSignal:
         graph scores span orders of magnitude, the log keeps one hub passage from
         dominating."""
         return {c: math.log1p(self.scores.get(c, 0.0) / self.median) for c in candidates}
-
-
-def graph_signal(scores: Mapping[int, float], candidates: Iterable[int]) -> dict[int, float]:
-    """GraphSignal.over for one use."""
-    return GraphSignal.of(scores).over(candidates)
 
 
 def fuse(

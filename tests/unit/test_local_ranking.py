@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -10,7 +12,6 @@ from services.query_api.ranking import (
     GraphSignal,
     best_paths,
     fuse,
-    graph_signal,
     passage_path_scores,
     personalised_pagerank,
     zscores,
@@ -92,7 +93,7 @@ def test_zscores_and_fusion() -> None:
     assert z[1] == pytest.approx(-1.0)
     assert z[2] == pytest.approx(1.0)
     dense = {1: 0.9, 2: 0.5, 3: 0.1}
-    graph = graph_signal({2: 0.5, 3: 0.01}, dense)
+    graph = GraphSignal.of({2: 0.5, 3: 0.01}).over(dense)
     fused = fuse({"vector": dense, "graph": graph}, {"vector": 0.5, "graph": 0.5}, dense)
     assert max(fused, key=fused.__getitem__) == 2  # graph support lifts the bridge passage
     lexical_only = fuse({"lexical": {3: 5.0, 2: 1.0}}, {"lexical": 1.0, "vector": 0.0}, [1, 2, 3])
@@ -131,8 +132,9 @@ def test_array_zscores_follow_the_mapping_rule() -> None:
     assert fused[2] > fused[1]
 
 
-def test_graph_signal_orders_once_and_reads_like_graph_signal() -> None:
+def test_graph_signal_orders_once_and_reads_log_scores_over_the_median() -> None:
     scores = {7: 0.2, 3: 0.2, 9: 0.0, 4: 1.5}
     signal = GraphSignal.of(scores)
     assert signal.order == (4, 3, 7, 9)  # best first, ties by id
-    assert signal.over([3, 9, 11]) == graph_signal(scores, [3, 9, 11])
+    median = 0.2  # of the positive scores 0.2, 0.2, 1.5
+    assert signal.over([3, 9, 11]) == {3: math.log1p(0.2 / median), 9: 0.0, 11: 0.0}
