@@ -3,12 +3,15 @@ the process's one OpenAI client, which the composition root makes and passes in.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import openai
 
 from services.core.cpu_budget import cpu_threads
 from services.core.embedding import Embedder, OnnxMiniLmEmbedder, OpenAIEmbedder
 from services.core.errors import ConfigurationError
 from services.core.extraction import Extractor, SpacyExtractor
+from services.core.model_meter import NO_METER, ModelMeter
 from services.core.settings import Settings
 
 
@@ -46,6 +49,18 @@ def build_extractor(settings: Settings, client: openai.OpenAI | None) -> Extract
             gleanings=settings.extraction_gleanings,
         )
     return SpacyExtractor(relations=settings.spacy_relations)
+
+
+def build_adjudicator(
+    settings: Settings, client: openai.OpenAI | None, meter: ModelMeter = NO_METER
+) -> Callable[[str, str, str], Awaitable[bool]] | None:
+    """The resolver's LLM adjudicator when one is configured, else None (the ambiguous band
+    stays unmerged)."""
+    if client is None or not settings.resolution_llm_adjudication:
+        return None
+    from services.core.llm.adjudicator import make_adjudicator
+
+    return make_adjudicator(client, settings.llm_model, settings.llm_max_attempts, meter)
 
 
 def _required(client: openai.OpenAI | None, what: str) -> openai.OpenAI:

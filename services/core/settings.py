@@ -201,6 +201,12 @@ class Settings(BaseSettings):
     indexer_batch_wait_s: float = Field(
         default=0.05, ge=0, description="How long a partial batch waits for more events."
     )
+    curation_apply_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often an indexer looks for new or undone curations and resolves the "
+        "documents they touch again (one indexer at a time; docs/curation.md).",
+    )
     indexer_large_document_chunks: int = Field(
         default=16,
         ge=1,

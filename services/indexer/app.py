@@ -14,22 +14,20 @@ from typing import Any, cast
 
 import faust
 import mode
-import openai
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.db.engine import DbTimeouts, make_engine
 from services.core.indexer_health import OffsetReader
 from services.core.infra.manager import Endpoints
-from services.core.llm.adjudicator import make_adjudicator
 from services.core.llm.client import process_client
-from services.core.model_meter import ModelMeter
-from services.core.models import build_embedder, build_extractor
+from services.core.models import build_adjudicator, build_embedder, build_extractor
 from services.core.producer import max_request_size
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
 from services.indexer import consumer_state, fetch_wait, unreadable_batches
+from services.indexer.curation_apply import apply_pending
 from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
     IndexerDeps,
@@ -48,7 +46,6 @@ from services.indexer.membership import (
 )
 from services.indexer.metrics import LagGauge, PrometheusIndexerObserver
 from services.indexer.pipeline import run_pipelined
-from services.indexer.resolution import Adjudicator
 
 log = logging.getLogger(__name__)
 REJOIN_EXIT_CODE = 3
@@ -116,13 +113,25 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
         executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cpu"),
         extract_executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-extract"),
         publish_dead_letter=_dlq_publisher(app, settings.dlq_topic),
-        adjudicate=_adjudicator(settings, client, observer),
+        adjudicate=build_adjudicator(settings, client, observer),
         observer=observer,
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
     fetch_wait.install(app, settings.broker_fetch_max_wait_s)
     unreadable_batches.install()
     _operations(app, settings, endpoints, deps.engine)
+
+    @app.timer(interval=settings.curation_apply_interval_s, name="apply-curations")  # type: ignore[untyped-decorator]
+    async def apply_curations() -> None:
+        # Curations made through the API or the CLI reach the documents already stored.
+        try:
+            await apply_pending(deps)
+        except Exception:  # they stay pending; the next tick tries again
+            log.warning(
+                "curation apply failed; retrying in %gs",
+                settings.curation_apply_interval_s,
+                exc_info=True,
+            )
 
     @app.agent(documents, name="index-documents")
     async def index(stream: faust.StreamT[bytes]) -> None:
@@ -297,14 +306,6 @@ def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-
         await fut
 
     return publish
-
-
-def _adjudicator(
-    settings: Settings, client: openai.OpenAI | None, meter: ModelMeter
-) -> Adjudicator | None:
-    if client is None or not settings.resolution_llm_adjudication:
-        return None
-    return make_adjudicator(client, settings.llm_model, settings.llm_max_attempts, meter)
 
 
 def run(settings: Settings, endpoints: Endpoints) -> None:

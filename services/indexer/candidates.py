@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.curation_rules import NO_RULES, CurationRules
 from services.core.errors import StaleComputeError
 from services.indexer.resolution import (
     Decisions,
@@ -22,11 +23,12 @@ from services.indexer.resolution import (
 )
 
 _SIMILAR = text(
-    "SELECT q.key, e.id, e.name, e.type_group, similarity(e.name, q.name) AS sim,"
+    "SELECT q.key, e.id, e.key AS entity_key, e.name, e.type_group,"
+    " similarity(e.name, q.name) AS sim,"
     " 1 - (e.embedding <=> CAST(q.vec AS vector)) AS cos"
     " FROM unnest(CAST(:keys AS text[]), CAST(:names AS text[]), CAST(:vecs AS text[]))"
     "  AS q(key, name, vec)"
-    " CROSS JOIN LATERAL (SELECT id, name, type_group, embedding FROM entities"
+    " CROSS JOIN LATERAL (SELECT id, key, name, type_group, embedding FROM entities"
     "  WHERE name % q.name AND embedding IS NOT NULL"
     "  ORDER BY similarity(name, q.name) DESC, id LIMIT 5) e"
     " ORDER BY q.key, sim DESC, e.id"
@@ -53,10 +55,12 @@ async def similar_candidates(
     config: ResolverConfig,
     *,
     retyped: Mapping[int, str] | None = None,
+    rules: CurationRules = NO_RULES,
 ) -> list[Candidate]:
     """Every candidate worth merging or asking about for ``keys`` (those with a name
     embedding in ``name_vectors``, as pgvector text), best first per key. ``retyped``: type
-    groups the caller's transaction gives entities but has not written yet."""
+    groups the caller's transaction gives entities but has not written yet; ``rules``: the
+    curations, whose blocks leave candidates out."""
     retyped = retyped or {}
     asks = [k for k in keys if k in name_vectors and len(k) >= MIN_SEARCH_KEY]
     if not asks:
@@ -71,6 +75,8 @@ async def similar_candidates(
     )
     out: list[Candidate] = []
     for r in rows.all():
+        if rules.apart(str(r.key), str(r.entity_key)):
+            continue
         group = retyped.get(int(r.id), r.type_group)
         verdict = candidate_verdict(
             surfaces[r.key], str(r.name), group, sim=r.sim, cos=r.cos, config=config
@@ -103,12 +109,15 @@ async def adjudicate_candidates(
     surfaces: Mapping[str, Surface],
     name_vectors: Mapping[str, str],
     config: ResolverConfig,
+    rules: CurationRules = NO_RULES,
 ) -> dict[tuple[str, int], bool]:
     """Ask the adjudicator about every ambiguous candidate the transaction will meet (read-only
     ``conn``, no transaction held while the model answers)."""
     if config.adjudicate is None:
         return {}
-    candidates = await similar_candidates(conn, surfaces, sorted(surfaces), name_vectors, config)
+    candidates = await similar_candidates(
+        conn, surfaces, sorted(surfaces), name_vectors, config, rules=rules
+    )
     await conn.rollback()  # end the read before the slow calls
     decisions: dict[tuple[str, int], bool] = {}
     for c in candidates:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from functools import partial
@@ -104,6 +104,18 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[WriteP
         return await _write_plans(deps, plans, per_plan)
 
 
+async def recompute(
+    deps: IndexerDeps, plan: UpsertPlan, embeddings: Mapping[str, Sequence[float]]
+) -> WritePlan:
+    """A stored document's write plan under the curations in force (services/indexer/
+    curation_apply.py): every chunk of ``plan`` (all ``fresh``) extracted again from its stored
+    text, as an ingest would (an LLM extractor is asked again), with its stored embedding."""
+    extractions = await _extract(deps, [c.text for _, c in plan.fresh])
+    computed = {h: (embeddings[h], x) for (h, _), x in zip(plan.fresh, extractions, strict=True)}
+    with timed(deps.observer, "resolve"):
+        return (await _write_plans(deps, [plan], [computed]))[0]
+
+
 async def _embed_chunks(deps: IndexerDeps, inputs: list[str]) -> list[list[float]]:
     with timed(deps.observer, "embed"):
         embed = partial(embed_metered, deps.embedder, deps.observer, "embed_chunks")
@@ -132,8 +144,10 @@ async def _write_plans(
     document's short forms, embeddings of the names the database does not know, and the
     adjudicator's answers."""
     kept = await _kept_mentions(deps, plans)
+    async with deps.engine.connect() as conn:
+        rules = await deps.curations.current(conn)
     drafts = [
-        build_write_plan(plan, chunks, kept_mentions=old, resolver=deps.resolver)
+        build_write_plan(plan, chunks, kept_mentions=old, resolver=deps.resolver, rules=rules)
         for plan, chunks, old in zip(plans, per_plan, kept, strict=True)
     ]
     wanted: dict[str, str] = {}  # key -> the name of its first surface in the batch
@@ -162,7 +176,7 @@ async def _write_plans(
         if deps.resolver.adjudicate is not None and vectors:
             asked = {k: s for k, s in draft.surfaces.items() if k in vectors}
             async with deps.engine.connect() as conn:
-                decisions = await adjudicate_candidates(conn, asked, vectors, deps.resolver)
+                decisions = await adjudicate_candidates(conn, asked, vectors, deps.resolver, rules)
         out.append(replace(draft, name_vectors=vectors, decisions=decisions))
     return out
 

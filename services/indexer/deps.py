@@ -10,6 +10,7 @@ from typing import Literal, Self
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.chunking import Chunker
+from services.core.curations import RulesCache
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
 from services.core.settings import Settings
@@ -58,6 +59,8 @@ class IndexerDeps:
     # The extractor's thread, so a batch's embedding and extraction run side by side
     # (services/indexer/compute.py); None: extraction runs in ``executor`` too.
     extract_executor: Executor | None = None
+    # The curations in force, read again when they change (services/core/curations.py).
+    curations: RulesCache = field(default_factory=RulesCache)
 
     @classmethod
     def from_settings(

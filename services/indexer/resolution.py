@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Literal, Self
 
@@ -110,12 +110,17 @@ class Surface:
     key: str
     name: str
     group: str
+    # A curation's redirect sent a surface here: it joins the key's entity whatever its type.
+    forced: bool = False
 
 
 def document_surfaces(
-    entities: Sequence[ExtractedEntity], canonical: Mapping[str, str]
+    entities: Sequence[ExtractedEntity],
+    canonical: Mapping[str, str],
+    forced: Set[str] = frozenset(),
 ) -> dict[str, Surface]:
-    """key -> Surface with the majority type group of its mentions in this document."""
+    """key -> Surface with the majority type group of its mentions in this document;
+    ``forced``: the keys a curation's redirect sent surfaces to."""
     names: dict[str, str] = {}
     groups: dict[str, Counter[str]] = {}
     for ent in entities:
@@ -129,7 +134,7 @@ def document_surfaces(
     for key, counts in groups.items():
         typed = [(n, g) for g, n in counts.items() if g != WILDCARD]
         group = max(typed)[1] if typed else WILDCARD
-        out[key] = Surface(key, names[key], group)
+        out[key] = Surface(key, names[key], group, key in forced)
     return out
 
 
@@ -172,9 +177,9 @@ class ExactMatch:
 
 def best_exact(surface: Surface, found: Sequence[ExactMatch]) -> ExactMatch | None:
     """Of the entities stored under a surface's key or alias, the one it resolves to: a
-    compatible type group, the same group over a wildcard, then the better-evidenced entity,
-    then the oldest."""
-    fits = [m for m in found if compatible(m.type_group, surface.group)]
+    compatible type group (any group when a curation sent the surface there), the same group
+    over a wildcard, then the better-evidenced entity, then the oldest."""
+    fits = [m for m in found if surface.forced or compatible(m.type_group, surface.group)]
     if not fits:
         return None
     return min(fits, key=lambda m: (m.type_group != surface.group, -m.mention_count, m.id))

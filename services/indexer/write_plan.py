@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from services.core.chunking import Chunk
 from services.core.contracts import DocumentEvent
+from services.core.curation_rules import NO_RULES, CurationRules
 from services.core.extraction import ExtractedEntity, ExtractedRelation, Extraction
 from services.core.normalize import entity_key
 from services.indexer.resolution import (
@@ -99,6 +100,11 @@ class WritePlan:
     relations: Sequence[tuple[str, ExtractedRelation]]
     tokens: Sequence[TokenTotal]
     decisions: Decisions = field(default_factory=dict)
+    # The curations it was resolved under: the transaction checks they are still in force.
+    rules: CurationRules = NO_RULES
+    # Documents whose mentions are about to be resolved again (a curation's apply): aliases
+    # only they support do not count (services/indexer/curation_apply.py).
+    unsettled: frozenset[str] = frozenset()
 
     def holds_for(self, stored: Mapping[str, int]) -> bool:
         """True when the document's stored chunks (diff hash -> id) are as the plan saw them."""
@@ -113,6 +119,7 @@ def build_write_plan(
     *,
     kept_mentions: Sequence[ExtractedEntity],
     resolver: ResolverConfig,
+    rules: CurationRules = NO_RULES,
 ) -> WritePlan:
     """The plan of ``diff`` given its fresh chunks' embeddings and extractions (by diff hash)
     and the mentions of the chunks it keeps. Names to embed and the adjudicator's answers
@@ -123,9 +130,8 @@ def build_write_plan(
     # Short forms resolve against the whole document, kept chunks included, exactly as a
     # rebuild from scratch would see it.
     entities_of = {h: with_title(title, computed[h][1]).entities for h in fresh}
-    canonical = local_canonical(
-        [*(e for h, _ in diff.fresh for e in entities_of[h]), *kept_mentions]
-    )
+    whole = [*(e for h, _ in diff.fresh for e in entities_of[h]), *kept_mentions]
+    canonical, forced = rules.canonical(local_canonical(whole), {entity_key(e.name) for e in whole})
     new: list[NewChunk] = []
     mentions: list[MentionRow] = []
     relations: list[tuple[str, ExtractedRelation]] = []
@@ -161,11 +167,12 @@ def build_write_plan(
         duplicate=diff.duplicate,
         kept=[(h, c) for h, c in diff.planned if h not in fresh],
         new=new,
-        surfaces=document_surfaces(mentioned, canonical),
+        surfaces=document_surfaces(mentioned, canonical, forced),
         canonical=canonical,
         name_vectors={},
         resolver=resolver,
         mentions=mentions,
         relations=relations,
         tokens=[TokenTotal(m, p, c) for m, (p, c) in sorted(tokens.items())],
+        rules=rules,
     )

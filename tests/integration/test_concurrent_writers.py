@@ -14,14 +14,13 @@ import asyncio
 import psycopg
 import pytest
 
-from tests.integration import test_graph_properties as props
-from tests.integration.test_graph_properties import CORPUS, DOC_IDS, Env, Planner, Step
+from tests.integration.test_graph_properties import Planner, Step
 from tests.support.graph import canonical_graph, create_database, drop_database, graph_diff
+from tests.support.property_corpus import CORPUS, DOC_IDS, Env
 
 pytestmark = pytest.mark.integration
 
 ROUNDS = 3  # the writers race again on graphs built by earlier rounds (different timings)
-env = props.env  # the same module-scoped fixture: the real models, memoised
 
 
 def _plan() -> Planner:

@@ -18,11 +18,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import re
 from collections.abc import Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -30,237 +28,28 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from services.core.chunking import Chunk, Chunker, content_hash
-from services.core.embedding import Embedder, OnnxMiniLmEmbedder
-from services.core.extraction import Extraction, Extractor, SpacyExtractor
 from services.core.normalize import entity_key
 from services.core.settings import Settings
 from services.indexer.resolution import type_group, with_title
-from tests.conftest import Infra
 from tests.support.graph import (
-    apply_events,
     canonical_graph,
     create_database,
     drop_database,
     graph_diff,
-    indexer_deps,
+)
+from tests.support.property_corpus import (
+    CORPUS,
+    DOC_IDS,
+    T0,
+    Env,
+    SentenceChunker,
+    corpus_text,
 )
 
 pytestmark = pytest.mark.integration
 
-# doc id -> (title, variants); a variant is a list of sentences.
-CORPUS: dict[str, tuple[str, list[list[str]]]] = {
-    "doc-einstein": (
-        "Albert Einstein",
-        [
-            [
-                "The physicist Albert Einstein was born in Germany.",
-                "As a student, Albert Einstein studied physics in Switzerland.",
-                "In 1933 Albert Einstein joined Princeton University.",
-                "Niels Bohr debated quantum theory with Albert Einstein.",
-            ],
-            [
-                "The physicist Albert Einstein was born in Germany.",
-                "For seven years Albert Einstein worked at the patent office in Bern.",
-                "In 1933 Albert Einstein joined Princeton University.",
-                "Niels Bohr debated quantum theory with Albert Einstein.",
-            ],
-            [
-                "The physicist Albert Einstein was born in Germany.",
-                "As a student, Albert Einstein studied physics in Switzerland.",
-                "In 1922 Albert Einstein visited Tokyo.",
-            ],
-        ],
-    ),
-    "doc-merkel": (
-        "Angela Merkel",
-        [
-            [
-                "The politician Angela Merkel studied chemistry in Leipzig.",
-                "For sixteen years Angela Merkel led Germany from Berlin.",
-                "As chancellor, Angela Merkel often met Emmanuel Macron in Paris.",
-            ],
-            [  # a sentence inserted before a kept one: the kept chunk moves
-                "The politician Angela Merkel studied chemistry in Leipzig.",
-                "In 2021 the Social Democrat Olaf Scholz succeeded Angela Merkel.",
-                "For sixteen years Angela Merkel led Germany from Berlin.",
-            ],
-        ],
-    ),
-    "doc-microsoft": (
-        "Microsoft",
-        [
-            [
-                "In 1975 Bill Gates founded Microsoft with Paul Allen.",
-                "In 1986 Microsoft moved its headquarters to Seattle.",
-                "Today Satya Nadella leads Microsoft.",
-            ],
-            [
-                "In 1975 Bill Gates founded Microsoft with Paul Allen.",
-                "In 1986 Microsoft moved its headquarters to Seattle.",
-                "In 2000 Steve Ballmer succeeded Bill Gates at Microsoft.",
-            ],
-            [
-                "In 1975 Bill Gates founded Microsoft with Paul Allen.",
-                "In 2016 Microsoft bought LinkedIn.",
-                "Today Satya Nadella leads Microsoft.",
-            ],
-        ],
-    ),
-    "doc-toyota": (
-        "Toyota",
-        [
-            [
-                "The carmaker Toyota builds cars in Japan.",
-                "For decades Toyota competed with General Motors in the United States.",
-                "In 1988 Toyota opened a factory in Kentucky.",
-            ],
-            [
-                "The carmaker Toyota builds cars in Japan.",
-                "For decades Toyota competed with Volkswagen in Europe.",
-                "In 1988 Toyota opened a factory in Kentucky.",
-            ],
-        ],
-    ),
-    "doc-london": (
-        "London",
-        [
-            [
-                "The city of London is the capital of England.",
-                "For many years William Shakespeare wrote plays in London.",
-                "The River Thames flows through London.",
-            ],
-            [
-                "The city of London is the capital of England.",
-                "The novelist Charles Dickens described the streets of London.",
-                "The River Thames flows through London.",
-            ],
-            [
-                "The city of London is the capital of England.",
-                "For many years William Shakespeare wrote plays in London.",
-                "The economist Adam Smith visited Paris.",
-            ],
-        ],
-    ),
-    "doc-seattle": (
-        "Seattle",
-        [
-            [
-                "The city of Seattle lies in Washington State.",
-                "In 1994 Jeff Bezos started Amazon in Seattle.",
-                "In 1986 Microsoft moved its headquarters to Seattle.",
-            ],
-            [
-                "The city of Seattle lies in Washington State.",
-                "In 1986 Microsoft moved its headquarters to Seattle.",
-                "In 1916 Boeing was founded in Seattle.",
-            ],
-        ],
-    ),
-}
-DOC_IDS = sorted(CORPUS)
+
 T = TypeVar("T")
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-_SENTENCE_END = re.compile(r"(?<=\.)\s+")
-
-
-class SentenceChunker(Chunker):
-    """One chunk per sentence (the title stays with the first): edits replace whole chunks
-    and chunk boundaries never cut a name."""
-
-    def __init__(self) -> None:
-        super().__init__(chunk_tokens=256, overlap=0)
-
-    def split(self, text: str) -> list[Chunk]:
-        chunks: list[Chunk] = []
-        start = 0
-        for end, nxt in [(m.start(), m.end()) for m in _SENTENCE_END.finditer(text)] + [
-            (len(text), len(text))
-        ]:
-            piece = text[start:end]
-            if piece.strip():
-                chunks.append(
-                    Chunk(
-                        ord=len(chunks),
-                        text=piece,
-                        start_char=start,
-                        end_char=end,
-                        token_count=self.count_tokens(piece),
-                        content_hash=content_hash(piece),
-                    )
-                )
-            start = nxt
-        return chunks
-
-
-@dataclass
-class MemoEmbedder:
-    """The real embedder, each text embedded once per module (examples repeat texts)."""
-
-    inner: Embedder
-    cache: dict[str, list[float]] = field(default_factory=dict)
-    dim: int = field(init=False)
-    model_id: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.dim, self.model_id = self.inner.dim, self.inner.model_id
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        missing = sorted({t for t in texts if t not in self.cache})
-        if missing:
-            self.cache.update(zip(missing, self.inner.embed(missing), strict=True))
-        return [self.cache[t] for t in texts]
-
-
-@dataclass
-class MemoExtractor:
-    """The real spaCy extractor, each text extracted once per module."""
-
-    inner: Extractor
-    cache: dict[str, Extraction] = field(default_factory=dict)
-    name: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.name = self.inner.name
-
-    def extract(self, texts: Sequence[str]) -> list[Extraction]:
-        missing = sorted({t for t in texts if t not in self.cache})
-        if missing:
-            self.cache.update(zip(missing, self.inner.extract(missing), strict=True))
-        return [self.cache[t] for t in texts]
-
-
-@dataclass(frozen=True)
-class Env:
-    """What building a graph in a fresh database needs."""
-
-    server_url: str
-    embedder: MemoEmbedder
-    extractor: MemoExtractor
-    pool: ThreadPoolExecutor
-
-    async def build(
-        self, url: str, events: Sequence[dict[str, Any]], batch_size: int = 1
-    ) -> list[str]:
-        """Apply ``events`` to the database at ``url``; the outcomes."""
-        async with indexer_deps(
-            url,
-            embedder=self.embedder,
-            extractor=self.extractor,
-            executor=self.pool,
-            chunker=SentenceChunker(),
-        ) as deps:
-            return list(await apply_events(deps, events, batch_size))
-
-
-@pytest.fixture(scope="module")
-def env(
-    infra: Infra,
-    embedder: OnnxMiniLmEmbedder,
-    extractor: SpacyExtractor,
-    cpu_pool: ThreadPoolExecutor,
-) -> Env:
-    return Env(infra.server_url, MemoEmbedder(embedder), MemoExtractor(extractor), cpu_pool)
 
 
 @dataclass(frozen=True)
@@ -293,11 +82,6 @@ def scenarios(draw: st.DrawFn) -> list[Step]:
         flip=st.booleans(),
     )
     return draw(st.lists(step, min_size=1, max_size=12))
-
-
-def _text(doc_id: str, variant: int) -> str:
-    variants = CORPUS[doc_id][1]
-    return " ".join(variants[variant % len(variants)])
 
 
 @dataclass
@@ -346,7 +130,7 @@ class Planner:
             ev["version"] = version
         if kind == "upsert":
             ev["title"] = CORPUS[doc_id][0]
-            ev["text"] = _text(doc_id, variant)
+            ev["text"] = corpus_text(doc_id, variant)
         return ev
 
     def add(self, step: Step) -> None:
@@ -507,7 +291,7 @@ def test_corpus_is_unambiguous(env: Env) -> None:
     names: set[str] = set()
     for doc_id, (title, variants) in CORPUS.items():
         for i in range(len(variants)):
-            chunks = chunker.split(f"{title}\n\n{_text(doc_id, i)}")
+            chunks = chunker.split(f"{title}\n\n{corpus_text(doc_id, i)}")
             assert [c.text for c in chunks[1:]] == variants[i][1:]
             for x in env.extractor.extract([c.text for c in chunks]):
                 for ent in with_title(title, x).entities:

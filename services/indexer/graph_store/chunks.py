@@ -36,6 +36,8 @@ _TOUCHED_RELATIONSHIPS = text(
     "SELECT DISTINCT relationship_id FROM relationship_evidence WHERE chunk_id = ANY(:ids)"
 )
 _DELETE = text("DELETE FROM chunks WHERE id = ANY(:ids)")
+_CLEAR_MENTIONS = text("DELETE FROM mentions WHERE chunk_id = ANY(:ids)")
+_CLEAR_EVIDENCE = text("DELETE FROM relationship_evidence WHERE chunk_id = ANY(:ids)")
 _MOVE = text(
     "UPDATE chunks SET ord = :o, start_char = :s, end_char = :e WHERE id = :i"
     " AND (ord, start_char, end_char) IS DISTINCT FROM (:o, :s, :e)"
@@ -63,6 +65,21 @@ async def remove_chunks(
     rel_ids = {r[0] for r in rels.all()}
     await conn.execute(_DELETE, {"ids": ids})
     return entity_ids, rel_ids
+
+
+async def clear_extraction(
+    conn: AsyncConnection, chunk_ids: Sequence[int]
+) -> tuple[set[int], set[int]]:
+    """Delete the chunks' mentions and relationship evidence, keeping the chunks (a document
+    resolved again under new curations); return the touched entity and relationship ids."""
+    if not chunk_ids:
+        return set(), set()
+    ids = list(chunk_ids)
+    ents = await conn.execute(_TOUCHED_ENTITIES, {"ids": ids})
+    rels = await conn.execute(_TOUCHED_RELATIONSHIPS, {"ids": ids})
+    await conn.execute(_CLEAR_MENTIONS, {"ids": ids})
+    await conn.execute(_CLEAR_EVIDENCE, {"ids": ids})
+    return {r[0] for r in ents.all()}, {r[0] for r in rels.all()}
 
 
 async def move_chunks(conn: AsyncConnection, moves: Sequence[tuple[int, int, int, int]]) -> None:

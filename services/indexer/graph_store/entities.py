@@ -15,12 +15,21 @@ from services.indexer.graph_store.locks import hold_entities, lock_names
 from services.indexer.resolution import WILDCARD, ExactMatch, best_exact, creation_keys
 from services.indexer.write_plan import WritePlan
 
-_EXISTING = text(
-    "SELECT q.key, e.id, e.type_group, e.mention_count"
+_BY_KEY = (
+    "SELECT q.key, e.id, e.key AS entity_key, e.type_group, e.mention_count"
     " FROM unnest(CAST(:keys AS text[])) AS q(key) CROSS JOIN LATERAL ("
-    "  SELECT e.id, e.type_group, e.mention_count FROM entities e WHERE e.key = q.key"
-    "  UNION SELECT e.id, e.type_group, e.mention_count FROM aliases a"
-    "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key) e"
+    "  SELECT e.id, e.key, e.type_group, e.mention_count FROM entities e WHERE e.key = q.key"
+    "  UNION SELECT e.id, e.key, e.type_group, e.mention_count FROM aliases a"
+    "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key{settled}) e"
+)
+_EXISTING = text(_BY_KEY.format(settled=""))
+# While curations are applied: an alias counts only while a document outside the ones still
+# to be resolved again names the entity by it (services/indexer/curation_apply.py).
+_EXISTING_SETTLED = text(
+    _BY_KEY.format(
+        settled=" AND EXISTS (SELECT 1 FROM mentions m WHERE m.entity_id = a.entity_id"
+        " AND m.surface = a.alias AND m.doc_id <> ALL(CAST(:unsettled AS text[])))"
+    )
 )
 _INSERT = text(
     "INSERT INTO entities (key, name, type, type_group, embedding)"
@@ -112,7 +121,15 @@ async def _exact(
     if not keys:
         return narrow
     by_key: dict[str, list[ExactMatch]] = {}
-    for r in (await conn.execute(_EXISTING, {"keys": list(keys)})).all():
+    if plan.unsettled:
+        found = await conn.execute(
+            _EXISTING_SETTLED, {"keys": list(keys), "unsettled": sorted(plan.unsettled)}
+        )
+    else:
+        found = await conn.execute(_EXISTING, {"keys": list(keys)})
+    for r in found.all():
+        if plan.rules.apart(r.key, r.entity_key):
+            continue  # a curation keeps this name from that entity
         by_key.setdefault(r.key, []).append(
             ExactMatch(int(r.id), str(r.type_group), int(r.mention_count))
         )
@@ -134,6 +151,12 @@ async def _similar(
     transaction; one it was not asked about means the graph moved: StaleComputeError, and the
     event is computed again."""
     candidates = await similar_candidates(
-        conn, plan.surfaces, keys, plan.name_vectors, plan.resolver, retyped=retyped
+        conn,
+        plan.surfaces,
+        keys,
+        plan.name_vectors,
+        plan.resolver,
+        retyped=retyped,
+        rules=plan.rules,
     )
     return merges(candidates, plan.decisions)

@@ -33,8 +33,11 @@ _DANGLING = text(
     "DELETE FROM relationships WHERE source_id = ANY(:ids) OR target_id = ANY(:ids) RETURNING id"
 )
 _DELETE_ENTITIES = text("DELETE FROM entities WHERE id = ANY(:ids)")
+# A curation's rename names the entity; else its most used full surface.
 _ENTITY_AGGREGATES = text(
-    "UPDATE entities e SET mention_count = s.n, type = s.t, name = s.nm,"
+    "UPDATE entities e SET mention_count = s.n, type = s.t, name = coalesce((SELECT c.name_b"
+    "  FROM curations c WHERE c.key_a = e.key AND c.kind = 'rename' AND c.undone_at IS NULL"
+    "  ORDER BY c.id DESC LIMIT 1), s.nm),"
     " description = s.x, updated_at = now()"
     " FROM (SELECT entity_id, count(*) AS n,"
     "  mode() WITHIN GROUP (ORDER BY type) AS t,"

@@ -5,6 +5,7 @@ is the order of graph_store/locks.py's rules."""
 from __future__ import annotations
 
 from services.core.contracts import DocumentEvent
+from services.core.curations import hold_rules
 from services.core.errors import StaleComputeError
 from services.indexer.deps import IndexerDeps, Outcome
 from services.indexer.documents import (
@@ -18,6 +19,7 @@ from services.indexer.documents import (
 )
 from services.indexer.graph_store.changes import ChangeSet, log_changes
 from services.indexer.graph_store.chunks import (
+    clear_extraction,
     insert_chunks,
     insert_mentions,
     move_chunks,
@@ -65,6 +67,7 @@ async def write_upsert(
         )
         changes = ChangeSet()
         if plan.new:
+            await hold_rules(conn, plan.rules)
             chunk_ids = await insert_chunks(conn, event.doc_id, plan.new)
             # Rules 2 and 3: creation locks, then key-share locks on what it refers to.
             resolved = await resolve_entities(conn, plan)
@@ -110,3 +113,38 @@ async def write_delete(
         await log_changes(conn, changes, event.doc_id, event.event_id, erasure=True)
         await set_outcome(conn, event.event_id, "deleted")
     return "deleted"
+
+
+async def write_reresolve(deps: IndexerDeps, plan: WritePlan) -> bool:
+    """Resolve a stored document again under the curations in force (services/indexer/
+    curation_apply.py): its chunks stay, their mentions and relationship evidence are written
+    again from ``plan`` (every chunk ``new``, by diff hash) exactly as an ingest of the document
+    would write them, and the shared rows are rebuilt. False when the document is gone;
+    StaleComputeError when it or the rules moved since the plan was made."""
+    doc_id = plan.event.doc_id
+    async with deps.engine.begin() as conn:
+        stored = await stored_doc(conn, doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
+        if stored is None or stored.deleted:
+            return False
+        current = await existing_chunk_hashes(conn, doc_id)
+        if stored.content_hash != plan.doc_hash or set(current) != {c.diff_hash for c in plan.new}:
+            raise StaleComputeError(f"{doc_id} changed since it was planned; recomputing")
+        await hold_rules(conn, plan.rules)
+        ents, rels = await clear_extraction(conn, sorted(current.values()))
+        chunk_ids = {c.diff_hash: current[c.diff_hash] for c in plan.new}
+        changes = ChangeSet()
+        resolved = await resolve_entities(conn, plan)
+        changes.nodes_added |= resolved.added
+        changes.retype.update(resolved.retype)
+        ents |= await insert_mentions(conn, doc_id, plan.mentions, resolved.ids, chunk_ids)
+        rels |= await add_relationships(
+            conn,
+            doc_id=doc_id,
+            relations=plan.relations,
+            entity_ids=resolved.ids,
+            chunk_ids=chunk_ids,
+            changes=changes,
+        )
+        await rebuild(conn, ents, rels, changes, removed_evidence=True)
+        await log_changes(conn, changes, doc_id, plan.event.event_id)
+    return True

@@ -1,0 +1,293 @@
+"""Curations against a real database and the real offline models: a rule reaches the stored
+documents (the apply), holds at every later ingest (re-upserts, replays), undoes exactly, and the
+graph it leaves equals a rebuild of the surviving documents under the same rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from services.core.curations import CurationError, create, list_all, undo
+from services.core.db.engine import make_engine
+from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
+from services.indexer.handlers import prepare_batch, write_batch
+from tests.support.graph import (
+    canonical_graph,
+    create_database,
+    drop_database,
+    graph_diff,
+    scalar,
+    to_record,
+)
+from tests.support.property_corpus import (
+    T0,
+    Env,
+)
+
+pytestmark = pytest.mark.integration
+
+BY = "test"
+
+
+_ids = iter(range(1, 1_000_000))
+
+
+def doc(doc_id: str, title: str, *sentences: str) -> dict[str, Any]:
+    """An upsert, newer than every event made before it."""
+    n = next(_ids)
+    return {
+        "event_id": f"{doc_id}-{n}",
+        "type": "upsert",
+        "doc_id": doc_id,
+        "title": title,
+        "text": " ".join(sentences),
+        "occurred_at": T0.replace(microsecond=n).isoformat(),
+    }
+
+
+# "Mao" and "Mao Zedong" in documents of their own stay two entities; in one document the
+# short form is read as the long name's, and its alias carries "Mao" of other documents there.
+ZEDONG = doc("doc-zedong", "Chinese Revolution", "The leader Mao Zedong founded the state.")
+NIXON = doc("doc-nixon", "Diplomacy", "In 1972 Mao met Richard Nixon in Beijing.")
+BOTH = doc(
+    "doc-both",
+    "Long March",
+    "The leader Mao Zedong led the march.",
+    "In 1949 Mao proclaimed the new state.",
+)
+
+
+def entity_names(url: str) -> list[str]:
+    rows = scalar(url, "SELECT array_agg(name ORDER BY name) FROM entities")
+    return list(rows or [])
+
+
+def surface_entity(url: str, doc_id: str, surface: str) -> str:
+    return str(
+        scalar(
+            url,
+            "SELECT e.name FROM mentions m JOIN entities e ON e.id = m.entity_id"
+            " WHERE m.doc_id = :d AND m.surface = :s",
+            d=doc_id,
+            s=surface,
+        )
+    )
+
+
+async def ingest(env: Env, url: str, events: Sequence[dict[str, Any]]) -> None:
+    outcomes = await env.build(url, events)
+    assert set(outcomes) <= {"applied", "unchanged"}, outcomes
+
+
+async def apply(env: Env, url: str) -> None:
+    async with env.deps(url) as deps:
+        report = await apply_pending(deps)
+    assert not report.busy
+    assert not report.failed
+
+
+async def rule(url: str, kind: str, a: str, b: str, **kw: Any) -> int:
+    engine = make_engine(url)
+    try:
+        return (await create(engine, kind, a, b, reason="test", by=BY, **kw)).id
+    finally:
+        await engine.dispose()
+
+
+async def rebuilt_with_rules(
+    env: Env, rules: Sequence[tuple[str, str, str]], events: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """The graph of ``events`` ingested into a fresh database that has ``rules`` from the
+    start (as `kgstream curate import` carries them into a rebuild)."""
+    url = create_database(env.server_url)
+    try:
+        for kind, a, b in rules:
+            await rule(url, kind, a, b, against_graph=False)
+        await ingest(env, url, [dict(e, event_id=f"re-{e['event_id']}") for e in events])
+        return canonical_graph(url)
+    finally:
+        drop_database(url)
+
+
+async def test_a_merge_reaches_stored_documents_survives_reupserts_and_equals_a_rebuild(
+    env: Env,
+) -> None:
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, [ZEDONG, NIXON])
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao"  # two entities
+        await rule(url, "merge", "Mao Zedong", "Mao")
+        await apply(env, url)
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao Zedong"
+        assert "Mao" not in entity_names(url)
+        # Both documents again, changed: the rule holds at ingest, not by a one-off edit.
+        zedong2 = doc("doc-zedong", "Chinese Revolution", "Mao Zedong founded the state in 1949.")
+        nixon2 = doc(
+            "doc-nixon",
+            "Diplomacy",
+            "In 1972 Mao met Richard Nixon in Beijing.",
+            "Nixon later wrote about Mao.",
+        )
+        await ingest(env, url, [zedong2, nixon2])
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao Zedong"
+        got = canonical_graph(url)
+        want = await rebuilt_with_rules(env, [("merge", "Mao Zedong", "Mao")], [zedong2, nixon2])
+        assert got == want, graph_diff(got, want)
+        statuses = [c.status for c in await _list(url)]
+        assert statuses == ["applied"]
+    finally:
+        drop_database(url)
+
+
+async def test_a_block_undoes_the_automatic_merge_and_keeps_it_from_coming_back(
+    env: Env,
+) -> None:
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, [BOTH, NIXON])
+        # Without a rule: the short form joins the long name, here and, by alias, elsewhere.
+        assert surface_entity(url, "doc-both", "Mao") == "Mao Zedong"
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao Zedong"
+        await rule(url, "split", "Mao Zedong", "Mao")
+        await apply(env, url)
+        assert surface_entity(url, "doc-both", "Mao") == "Mao"
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao"
+        replay = dict(BOTH, event_id="replayed-both", occurred_at=T0.replace(year=2025).isoformat())
+        await ingest(env, url, [replay])
+        assert surface_entity(url, "doc-both", "Mao") == "Mao"
+        got = canonical_graph(url)
+        want = await rebuilt_with_rules(env, [("block", "Mao Zedong", "Mao")], [replay, NIXON])
+        assert got == want, graph_diff(got, want)
+    finally:
+        drop_database(url)
+
+
+@pytest.mark.parametrize(
+    ("kind", "a", "b"),
+    [
+        ("merge", "Mao Zedong", "Mao"),
+        ("split", "Mao Zedong", "Mao"),
+        ("rename", "Richard Nixon", "Richard Milhous Nixon"),
+        ("alias", "Mao Zedong", "Mao"),
+    ],
+)
+async def test_undo_restores_the_graph_exactly(env: Env, kind: str, a: str, b: str) -> None:
+    url = create_database(env.server_url)
+    events = [BOTH, NIXON] if kind == "split" else [ZEDONG, NIXON]
+    try:
+        await ingest(env, url, events)
+        before = canonical_graph(url)
+        curation = await rule(url, kind, a, b)
+        await apply(env, url)
+        during = canonical_graph(url)
+        assert during != before
+        engine = make_engine(url)
+        try:
+            await undo(engine, curation, reason="wrong", by=BY)
+        finally:
+            await engine.dispose()
+        await apply(env, url)
+        after = canonical_graph(url)
+        assert after == before, graph_diff(after, before)
+        (row,) = await _list(url)
+        assert (row.status, row.undone_by, row.undo_reason) == ("undone", BY, "wrong")
+    finally:
+        drop_database(url)
+
+
+async def test_rename_names_the_entity_and_its_new_name_resolves_to_it(env: Env) -> None:
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, [NIXON])
+        await rule(url, "rename", "Richard Nixon", "Richard Milhous Nixon")
+        await apply(env, url)
+        assert "Richard Milhous Nixon" in entity_names(url)
+        assert "Richard Nixon" not in entity_names(url)
+        later = doc("doc-later", "Watergate", "In 1974 Richard Milhous Nixon resigned.")
+        await ingest(env, url, [later])
+        assert surface_entity(url, "doc-later", "Richard Milhous Nixon") == "Richard Milhous Nixon"
+        assert surface_entity(url, "doc-nixon", "Richard Nixon") == "Richard Milhous Nixon"
+    finally:
+        drop_database(url)
+
+
+async def test_an_event_planned_before_a_curation_is_planned_again_under_it(env: Env) -> None:
+    """The race: an event computed under the old rules must not commit after a rule change
+    (the apply may have run already and would not see it)."""
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, [ZEDONG])
+        async with env.deps(url) as deps:
+            prepared = await prepare_batch(deps, [to_record(NIXON)])
+            await rule(url, "alias", "Mao Zedong", "Mao")
+            await apply(env, url)
+            assert await write_batch(deps, prepared) == ["applied"]
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao Zedong"
+    finally:
+        drop_database(url)
+
+
+async def test_rules_that_cannot_be_made_say_why(env: Env) -> None:
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, [ZEDONG, NIXON])
+        cases: list[tuple[tuple[str, str, str], str, str]] = [
+            (("merge", "Mao Zedong", "Zhou Enlai"), "not_found", "no entity is named 'Zhou Enlai'"),
+            (("split", "Mao Zedong", "Mao"), "not_found", "is not merged into"),
+            (("merge", "Mao", "MAO"), "invalid", "one name to resolution"),
+            (("block", "Mao", "  "), "invalid", "empty"),
+            (("fuse", "Mao", "Nixon"), "invalid", "kind must be one of"),
+        ]
+        for (kind, a, b), code, message in cases:
+            with pytest.raises(CurationError) as err:
+                await rule(url, kind, a, b)
+            assert err.value.code == code
+            assert message in err.value.detail
+        await rule(url, "merge", "Mao Zedong", "Mao")
+        for (kind, a, b), message in [
+            (("block", "Mao", "Mao Zedong"), "a rule joins"),
+            (("alias", "Mao", "Mao Zedong"), "a loop"),
+            (("alias", "Richard Nixon", "Mao"), "already resolves as"),
+        ]:
+            with pytest.raises(CurationError) as err:
+                await rule(url, kind, a, b)
+            assert err.value.code == "conflict"
+            assert message in err.value.detail
+    finally:
+        drop_database(url)
+
+
+async def test_a_second_applier_waits_its_turn(env: Env) -> None:
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, [ZEDONG, NIXON])
+        await rule(url, "merge", "Mao Zedong", "Mao")
+        engine = make_engine(url)
+        try:
+            async with engine.connect() as conn:
+                assert await conn.scalar(_LOCK)
+                async with env.deps(url) as deps:
+                    assert (await apply_pending(deps)).busy
+                await conn.execute(_UNLOCK)
+        finally:
+            await engine.dispose()
+        assert [c.status for c in await _list(url)] == ["pending"]
+        await apply(env, url)
+        assert [c.status for c in await _list(url)] == ["applied"]
+    finally:
+        drop_database(url)
+
+
+async def _list(url: str) -> list[Any]:
+    engine = make_engine(url)
+    try:
+        return await list_all(engine)
+    finally:
+        await engine.dispose()
+
+
+_LOCK = text(f"SELECT pg_try_advisory_lock({APPLIER_LOCK})")
+_UNLOCK = text(f"SELECT pg_advisory_unlock({APPLIER_LOCK})")
