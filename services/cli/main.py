@@ -17,6 +17,7 @@ import typer
 from services.cli.common import fail as _fail
 from services.cli.common import settings as _settings
 from services.cli.common import with_engine as _with_engine
+from services.cli.curate import curate_app
 from services.cli.review import review_app
 from services.core.settings import Settings
 
@@ -32,6 +33,7 @@ app.add_typer(dlq_app, name="dlq")
 keys_app = typer.Typer(no_args_is_help=True, help="API keys of the query API.")
 app.add_typer(keys_app, name="keys")
 app.add_typer(review_app, name="review")
+app.add_typer(curate_app, name="curate")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 

@@ -4,17 +4,31 @@ graph it leaves equals a rebuild of the surviving documents under the same rules
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from services.core.curations import CurationError, create, list_all, undo
 from services.core.db.engine import make_engine
+from services.core.settings import Settings
 from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
 from services.indexer.handlers import prepare_batch, write_batch
+from tests.conftest import Infra
+from tests.integration import test_graph_properties as props
+from tests.integration.test_graph_properties import Step
+from tests.support.cli import kgstream
 from tests.support.graph import (
+    apply_events,
     canonical_graph,
     create_database,
     drop_database,
@@ -22,10 +36,7 @@ from tests.support.graph import (
     scalar,
     to_record,
 )
-from tests.support.property_corpus import (
-    T0,
-    Env,
-)
+from tests.support.property_corpus import DOC_IDS, T0, Env
 
 pytestmark = pytest.mark.integration
 
@@ -291,3 +302,171 @@ async def _list(url: str) -> list[Any]:
 
 _LOCK = text(f"SELECT pg_try_advisory_lock({APPLIER_LOCK})")
 _UNLOCK = text(f"SELECT pg_advisory_unlock({APPLIER_LOCK})")
+
+
+# --- the property: events, curations and undos in any order equal a rebuild under the rules ---
+
+# Rules over the property corpus' names (tests/support/property_corpus.py): merges across
+# documents and types, a rename that keeps its key and one that adds a name, a block, an alias.
+RULES: list[tuple[str, str, str]] = [
+    ("merge", "Bill Gates", "Paul Allen"),
+    ("merge", "London", "Paris"),
+    ("merge", "Microsoft", "Seattle"),
+    ("block", "Angela Merkel", "Olaf Scholz"),
+    ("rename", "Germany", "Federal Republic of Germany"),
+    ("rename", "Toyota", "TOYOTA"),
+    ("alias", "Satya Nadella", "Steve Ballmer"),
+]
+
+
+@dataclass(frozen=True)
+class Act:
+    """One step: a document event (props.Step) or a curation (rule index, or undo of the n-th
+    curation made so far), applied now or left pending."""
+
+    step: Step | None
+    rule: int
+    undo: bool
+    apply_now: bool
+
+
+@st.composite
+def acts(draw: st.DrawFn) -> list[Act]:
+    steps = draw(props.scenarios())
+    out = [Act(s, 0, False, False) for s in steps]
+    for _ in range(draw(st.integers(1, 5))):
+        at = draw(st.integers(0, len(out)))
+        out.insert(
+            at,
+            Act(
+                None,
+                draw(st.integers(0, len(RULES) - 1)),
+                draw(st.booleans()),
+                draw(st.booleans()),
+            ),
+        )
+    return out
+
+
+async def _run_acts(env: Env, url: str, todo: Sequence[Act]) -> tuple[props.Planner, list[int]]:
+    """Apply ``todo`` to ``url``; the planner of its events and the rules left in force."""
+    planner = props.Planner()
+    made: list[int] = []  # indexes into RULES of the curations made, in order
+    ids: list[int] = []
+    undone: set[int] = set()
+    engine = make_engine(url)
+    try:
+        async with env.deps(url) as deps:
+            for act in todo:
+                if act.step is not None:
+                    before = len(planner.sent)
+                    planner.add(act.step)
+                    await apply_events(deps, planner.sent[before:])
+                    continue
+                if act.undo and ids:
+                    pick = act.rule % len(ids)
+                    with suppress(CurationError):
+                        await undo(engine, ids[pick], reason="", by=BY)
+                        undone.add(pick)
+                elif not act.undo:
+                    kind, a, b = RULES[act.rule]
+                    with suppress(CurationError):  # a name not ingested yet, a conflict
+                        ids.append((await create(engine, kind, a, b, reason="", by=BY)).id)
+                        made.append(act.rule)
+                if act.apply_now:
+                    await apply_pending(deps)
+            await apply_pending(deps)
+    finally:
+        await engine.dispose()
+    return planner, [r for i, r in enumerate(made) if i not in undone]
+
+
+@settings(max_examples=int(os.environ.get("KGSTREAM_PROPERTY_EXAMPLES", "12")), deadline=None)
+@given(todo=acts(), order=st.permutations(DOC_IDS))
+def test_events_curations_and_undos_equal_a_rebuild_under_the_rules(
+    env: Env, todo: list[Act], order: list[str]
+) -> None:
+    incremental, rebuilt = create_database(env.server_url), create_database(env.server_url)
+    try:
+        loop = asyncio.new_event_loop()
+        try:
+            planner, in_force = loop.run_until_complete(_run_acts(env, incremental, todo))
+            latest = [planner.docs[d].current for d in order if planner.docs[d].live_text]
+            survivors = [dict(e, event_id=f"re-{e['event_id']}") for e in latest if e]
+
+            async def rebuild() -> None:
+                engine = make_engine(rebuilt)
+                try:
+                    for r in in_force:
+                        kind, a, b = RULES[r]
+                        await create(engine, kind, a, b, reason="", by=BY, against_graph=False)
+                finally:
+                    await engine.dispose()
+                await env.build(rebuilt, survivors)
+
+            loop.run_until_complete(rebuild())
+        finally:
+            loop.close()
+        got, want = canonical_graph(incremental), canonical_graph(rebuilt)
+        assert got == want, graph_diff(got, want)
+        statuses = scalar(incremental, "SELECT count(*) FROM curations WHERE applied_at IS NULL")
+        assert statuses == 0
+    finally:
+        drop_database(incremental)
+        drop_database(rebuilt)
+
+
+# --- `kgstream curate` as an operator runs it ---
+
+
+def test_curate_cli_makes_lists_applies_undoes_exports_and_imports(
+    env: Env, infra: Infra, tmp_path: Path
+) -> None:
+    url, target = create_database(env.server_url), create_database(env.server_url)
+    try:
+        asyncio.run(ingest(env, url, [ZEDONG, NIXON]))
+        on = Settings(home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap)
+
+        made = kgstream(on, "curate", "merge", "Mao Zedong", "Mao", "--reason", "one person")
+        assert made.returncode == 0, made.stderr
+        assert "#1 merge 'Mao Zedong' <- 'Mao' [pending] by cli" in made.stdout
+        listed = json.loads(kgstream(on, "curate", "list", "--json").stdout)
+        assert [(c["kind"], c["name"], c["other"], c["status"], c["reason"]) for c in listed] == [
+            ("merge", "Mao Zedong", "Mao", "pending", "one person")
+        ]
+        assert listed[0]["created_by"].startswith("cli")
+
+        applied = kgstream(on, "curate", "apply", "--json")
+        assert applied.returncode == 0, applied.stderr
+        report = json.loads(applied.stdout)
+        assert (report["curations"], report["documents"], report["failed"]) == (1, 2, [])
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao Zedong"
+
+        refused = kgstream(on, "curate", "merge", "Mao Zedong", "Zhou Enlai")
+        assert refused.returncode == 2
+        assert "error: no entity is named 'Zhou Enlai'" in refused.stderr
+
+        exported = tmp_path / "rules.jsonl"
+        assert kgstream(on, "curate", "export", "--out", str(exported)).returncode == 0
+        into = Settings(
+            home=infra.home, database_url=target, kafka_bootstrap_servers=infra.bootstrap
+        )
+        imported = kgstream(into, "curate", "import", str(exported))
+        assert imported.returncode == 0, imported.stderr
+        (carried,) = json.loads(kgstream(into, "curate", "list", "--json").stdout)
+        assert (carried["kind"], carried["name"], carried["other"]) == (
+            "merge",
+            "Mao Zedong",
+            "Mao",
+        )
+
+        undone = kgstream(on, "curate", "undo", "1", "--reason", "two people", "--apply")
+        assert undone.returncode == 0, undone.stderr
+        assert "applied 1 rule change(s): 2 document(s) resolved again" in undone.stdout
+        assert surface_entity(url, "doc-nixon", "Mao") == "Mao"
+        again = kgstream(on, "curate", "undo", "1")
+        assert again.returncode == 2
+        assert "is undone already" in again.stderr
+    finally:
+        drop_database(url)
+        drop_database(target)
