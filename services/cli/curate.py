@@ -50,14 +50,16 @@ def _actor() -> str:
 def _make(kind: str, name: str, other: str, reason: str, apply: bool) -> None:
     from services.core.curations import CurationError, create
 
-    async def go(engine: AsyncEngine) -> Curation:
+    async def go(engine: AsyncEngine) -> tuple[Curation, bool]:
         return await create(engine, kind, name, other, reason=reason, by=_actor())
 
     try:
-        made = with_engine(go)
+        made, new = with_engine(go)
     except CurationError as exc:
         raise fail(exc.detail, 2) from None
-    typer.echo(made.describe())
+    typer.echo(made.describe() + ("" if new else " (already in force: nothing made)"))
+    if not new:
+        return
     if apply:
         _print_report(_apply_now())
     else:
@@ -149,15 +151,15 @@ def curate_undo(
     """Take a curation out of force; its documents are resolved again without it."""
     from services.core.curations import CurationError, undo
 
-    async def go(engine: AsyncEngine) -> Curation:
+    async def go(engine: AsyncEngine) -> tuple[Curation, bool]:
         return await undo(engine, curation_id, reason=reason, by=_actor())
 
     try:
-        done = with_engine(go)
+        done, changed = with_engine(go)
     except CurationError as exc:
         raise fail(exc.detail, 2) from None
-    typer.echo(done.describe())
-    if apply:
+    typer.echo(done.describe() + ("" if changed else " (undone already: nothing changed)"))
+    if apply and changed:
         _print_report(_apply_now())
 
 

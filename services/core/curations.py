@@ -129,6 +129,17 @@ _UNDO = text(
 _ONE = text(f"SELECT {_COLUMNS} FROM curations WHERE id = :id")  # noqa: S608 - constants
 _LIST = text(f"SELECT {_COLUMNS} FROM curations ORDER BY id")  # noqa: S608 - constants
 _ENTITY = text("SELECT 1 FROM entities WHERE key = :k LIMIT 1")
+# A rule in force that says the same (blocks either way round), or the rename in force of a key.
+_SAME = text(
+    f"SELECT {_COLUMNS} FROM curations WHERE undone_at IS NULL AND ("  # noqa: S608 - constants
+    " (kind = :kind AND key_a = :ka AND key_b = :kb AND (kind <> 'rename' OR name_b = :nb))"
+    " OR (kind IN ('block', 'split') AND :kind IN ('block', 'split')"
+    "     AND key_a = :kb AND key_b = :ka)) ORDER BY id LIMIT 1"
+)
+_RENAMED = text(
+    "SELECT id FROM curations WHERE undone_at IS NULL AND kind = 'rename' AND key_a = :ka"
+    " ORDER BY id LIMIT 1"
+)
 _MERGED = text(
     "SELECT 1 FROM aliases a JOIN entities e ON e.id = a.entity_id"
     " WHERE a.alias_key = :b AND e.key = :a LIMIT 1"
@@ -192,12 +203,13 @@ async def create(
     reason: str,
     by: str,
     against_graph: bool = True,
-) -> Curation:
+) -> tuple[Curation, bool]:
     """Record a rule (``other`` is the second name, or the new name of a rename). Checked
     against the rules in force and, unless ``against_graph`` is False (rules carried into a
     database being rebuilt: ``kgstream curate import``), against the graph: the names a
     merge, split or rename needs must name entities. CurationError says why it cannot be
-    made."""
+    made. Returns the curation and whether it is new: a rule that says what one in force
+    says already is not made twice (the one in force is returned)."""
     if kind not in KINDS:
         raise CurationError("invalid", f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     if len(reason) > MAX_REASON:
@@ -212,6 +224,13 @@ async def create(
         )
     async with engine.begin() as conn:
         await conn.execute(_LOCK)
+        same = (
+            await conn.execute(_SAME, {"kind": kind, "ka": key_a, "kb": key_b, "nb": name_b})
+        ).one_or_none()
+        if same is not None:
+            return _curation(same), False
+        if kind == "rename" and (renamed := await conn.scalar(_RENAMED, {"ka": key_a})):
+            raise CurationError("conflict", f"{name_a!r} is renamed by #{renamed}: undo it first")
         rules = await load_rules(conn)
         if against_graph:
             await _check_graph(conn, kind, name_a=name_a, key_a=key_a, name_b=name_b, key_b=key_b)
@@ -231,7 +250,7 @@ async def create(
             )
         ).one()
         await conn.execute(_BUMP)
-    return _curation(row)
+    return _curation(row), True
 
 
 async def _check_graph(
@@ -273,8 +292,11 @@ def _depth(rules: CurationRules, key: str) -> int:
     return depth
 
 
-async def undo(engine: AsyncEngine, curation_id: int, *, reason: str, by: str) -> Curation:
-    """Take a rule out of force; the apply resolves its documents again without it."""
+async def undo(
+    engine: AsyncEngine, curation_id: int, *, reason: str, by: str
+) -> tuple[Curation, bool]:
+    """Take a rule out of force; the apply resolves its documents again without it. Returns
+    the curation and whether this call undid it (an undone one is returned as it is)."""
     async with engine.begin() as conn:
         await conn.execute(_LOCK)
         row = (
@@ -284,9 +306,9 @@ async def undo(engine: AsyncEngine, curation_id: int, *, reason: str, by: str) -
             found = (await conn.execute(_ONE, {"id": curation_id})).one_or_none()
             if found is None:
                 raise CurationError("not_found", f"no curation #{curation_id}")
-            raise CurationError("conflict", f"curation #{curation_id} is undone already")
+            return _curation(found), False
         await conn.execute(_BUMP)
-    return _curation(row)
+    return _curation(row), True
 
 
 async def get(engine: AsyncEngine, curation_id: int) -> Curation:

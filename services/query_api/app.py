@@ -21,7 +21,7 @@ from services.core.settings import Settings
 from services.core.telemetry.models import PrometheusModelMeter
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import url_host
-from services.query_api import auth, dashboard, problems
+from services.query_api import auth, curation_routes, dashboard, problems
 from services.query_api.heartbeat import Heartbeat
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
@@ -119,6 +119,7 @@ def create_app(
     problems.install(app)
     auth.install(app, settings, svc.engine)
     app.include_router(router)
+    app.include_router(curation_routes.router)
     dashboard.install(app, settings, svc.engine, publisher.bootstrap)
     # Added last = outermost: the body checks run before anything else reads the request.
     app.add_middleware(

@@ -232,3 +232,57 @@ class IngestAccepted(BaseModel):
     accepted: int
     event_ids: list[str]
     topic: str
+
+
+class CurationRequest(BaseModel):
+    """A rule about entity resolution (docs/curation.md, "Curations")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["merge", "alias", "block", "split", "rename"]
+    name: Annotated[str, NoControl] = Field(
+        min_length=1, max_length=300, description="The entity the rule is about."
+    )
+    other: Annotated[str, NoControl] = Field(
+        min_length=1,
+        max_length=300,
+        description="The second name: merged into ``name`` (merge), another name of it (alias),"
+        " kept apart from it (block, split), or its new name (rename).",
+    )
+    reason: Annotated[str, NoNul] = Field(default="", max_length=2000, description="Why.")
+
+
+class UndoRequest(BaseModel):
+    """Why a rule is taken out of force."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, NoNul] = Field(default="", max_length=2000)
+
+
+class CurationOut(BaseModel):
+    """A curation with its audit trail."""
+
+    id: int
+    kind: str
+    name: str
+    other: str | None = None
+    new_name: str | None = None
+    reason: str
+    created_by: str = Field(description="`key:<id> (<name>)`, `cli:<user>` or `anonymous`.")
+    created_at: str
+    status: Literal["pending", "applied", "undoing", "undone"] = Field(
+        description="pending / undoing: the indexer has not resolved the documents it touches"
+        " again yet."
+    )
+    applied_at: str | None = None
+    undone_by: str | None = None
+    undone_at: str | None = None
+    undo_reason: str | None = None
+    undo_applied_at: str | None = None
+
+
+class CurationsResponse(BaseModel):
+    """Every curation, oldest first."""
+
+    curations: list[CurationOut]

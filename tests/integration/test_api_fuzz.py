@@ -33,6 +33,8 @@ from services.core.settings import Settings
 from services.query_api.app import create_app
 from services.query_api.service import build_query_service
 from tests.conftest import Infra
+from tests.support.graph import drop_database
+from tests.support.query_fixtures import clone_database
 from tests.support.server import serve
 
 pytestmark = pytest.mark.integration
@@ -51,17 +53,20 @@ def api_url(
 ) -> Iterator[str]:
     topic = f"fuzz-{uuid.uuid4().hex[:8]}"
     ensure_topics(infra.bootstrap, {topic: 2})
+    # A copy: the fuzzed curation routes make rules, which must not reach the shared sample.
+    url = clone_database(community_db, community_db.rsplit("/", 1)[1])
     settings = Settings(
-        database_url=community_db,
+        database_url=url,
         kafka_bootstrap_servers=infra.bootstrap,
         documents_topic=topic,
         read_wait_max_s=0.1,  # a min_snapshot / after_event not there is 409 after the wait
     )
-    service = build_query_service(
-        settings, make_engine(community_db), embedder, extractor, cpu_pool
-    )
-    with serve(create_app(settings, Endpoints(community_db, infra.bootstrap), service)) as url:
-        yield url
+    service = build_query_service(settings, make_engine(url), embedder, extractor, cpu_pool)
+    try:
+        with serve(create_app(settings, Endpoints(url, infra.bootstrap), service)) as base:
+            yield base
+    finally:
+        drop_database(url)
 
 
 def header(response: Any, name: str) -> str:

@@ -8,21 +8,29 @@ import asyncio
 import json
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from services.core.api_keys import create_key
 from services.core.curations import CurationError, create, list_all, undo
 from services.core.db.engine import make_engine
+from services.core.embedding import OnnxMiniLmEmbedder
+from services.core.extraction import SpacyExtractor
+from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
 from services.indexer.handlers import prepare_batch, write_batch
+from services.query_api.app import create_app
+from services.query_api.service import build_query_service
 from tests.conftest import Infra
 from tests.integration import test_graph_properties as props
 from tests.integration.test_graph_properties import Step
@@ -103,7 +111,7 @@ async def apply(env: Env, url: str) -> None:
 async def rule(url: str, kind: str, a: str, b: str, **kw: Any) -> int:
     engine = make_engine(url)
     try:
-        return (await create(engine, kind, a, b, reason="test", by=BY, **kw)).id
+        return (await create(engine, kind, a, b, reason="test", by=BY, **kw))[0].id
     finally:
         await engine.dispose()
 
@@ -365,14 +373,15 @@ async def _run_acts(env: Env, url: str, todo: Sequence[Act]) -> tuple[props.Plan
                     continue
                 if act.undo and ids:
                     pick = act.rule % len(ids)
-                    with suppress(CurationError):
-                        await undo(engine, ids[pick], reason="", by=BY)
-                        undone.add(pick)
+                    await undo(engine, ids[pick], reason="", by=BY)
+                    undone.add(pick)
                 elif not act.undo:
                     kind, a, b = RULES[act.rule]
                     with suppress(CurationError):  # a name not ingested yet, a conflict
-                        ids.append((await create(engine, kind, a, b, reason="", by=BY)).id)
-                        made.append(act.rule)
+                        got, new = await create(engine, kind, a, b, reason="", by=BY)
+                        if new:
+                            ids.append(got.id)
+                            made.append(act.rule)
                 if act.apply_now:
                     await apply_pending(deps)
             await apply_pending(deps)
@@ -465,8 +474,79 @@ def test_curate_cli_makes_lists_applies_undoes_exports_and_imports(
         assert "applied 1 rule change(s): 2 document(s) resolved again" in undone.stdout
         assert surface_entity(url, "doc-nixon", "Mao") == "Mao"
         again = kgstream(on, "curate", "undo", "1")
-        assert again.returncode == 2
-        assert "is undone already" in again.stderr
+        assert again.returncode == 0, again.stderr
+        assert "(undone already: nothing changed)" in again.stdout
+        twice = kgstream(on, "curate", "block", "Mao", "Mao Zedong")
+        assert twice.returncode == 0, twice.stderr
+        same = kgstream(on, "curate", "block", "Mao Zedong", "Mao")
+        assert "(already in force: nothing made)" in same.stdout
     finally:
         drop_database(url)
         drop_database(target)
+
+
+# --- /v1/curations, as an application with an admin key calls it ---
+
+
+async def test_curations_api_records_the_key_and_answers_problems(
+    env: Env,
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    url = create_database(env.server_url)
+    engine = make_engine(url)
+    try:
+        await ingest(env, url, [ZEDONG, NIXON])
+        row, key = await create_key(engine, ["admin"], name="ops")
+        settings = Settings(
+            home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap,
+            auth="required",
+        )  # fmt: skip
+        service = build_query_service(settings, engine, embedder, extractor, cpu_pool)
+        app = create_app(settings, Endpoints(url, infra.bootstrap), service=service)
+        headers = {"Authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers
+        ) as client:
+            body = {"kind": "merge", "name": "Mao Zedong", "other": "Mao", "reason": "one man"}
+            made = await client.post("/v1/curations", json=body)
+            assert made.status_code == 201, made.text
+            rule = made.json()
+            assert (rule["status"], rule["created_by"]) == ("pending", f"key:{row.id} (ops)")
+            assert (await client.post("/v1/curations", json=body)).status_code == 200
+
+            for bad, status, words in [
+                ({**body, "other": "Zhou Enlai"}, 404, "no entity is named 'Zhou Enlai'"),
+                ({**body, "kind": "block"}, 409, "a rule joins"),
+                ({**body, "kind": "fuse"}, 422, "kind"),
+                ({**body, "other": "Mao\nZedong"}, 422, "control characters"),
+            ]:
+                refused = await client.post("/v1/curations", json=bad)
+                assert refused.status_code == status, refused.text
+                assert refused.headers["content-type"] == "application/problem+json"
+                assert words in refused.text
+            assert (await client.get("/v1/curations/999")).status_code == 404
+
+            async with env.deps(url) as deps:  # the indexer's tick
+                await apply_pending(deps)
+            assert surface_entity(url, "doc-nixon", "Mao") == "Mao Zedong"
+            one = (await client.get(f"/v1/curations/{rule['id']}")).json()
+            assert one["status"] == "applied"
+
+            undone = await client.post(f"/v1/curations/{rule['id']}/undo", json={"reason": "no"})
+            assert undone.status_code == 200, undone.text
+            assert (undone.json()["status"], undone.json()["undone_by"]) == (
+                "undoing",
+                f"key:{row.id} (ops)",
+            )
+            async with env.deps(url) as deps:
+                await apply_pending(deps)
+            listed = (await client.get("/v1/curations")).json()["curations"]
+            assert [(c["id"], c["status"]) for c in listed] == [(rule["id"], "undone")]
+            assert surface_entity(url, "doc-nixon", "Mao") == "Mao"
+            await asyncio.to_thread(app.state.publisher.close)
+    finally:
+        await engine.dispose()
+        drop_database(url)
