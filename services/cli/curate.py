@@ -39,7 +39,7 @@ Apply = Annotated[
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _actor() -> str:
+def actor() -> str:
     """Who made a rule from the command line: the operating-system user."""
     try:
         return f"cli:{getpass.getuser()}"
@@ -51,7 +51,7 @@ def _make(kind: str, name: str, other: str, reason: str, apply: bool) -> None:
     from services.core.curations import CurationError, create
 
     async def go(engine: AsyncEngine) -> tuple[Curation, bool]:
-        return await create(engine, kind, name, other, reason=reason, by=_actor())
+        return await create(engine, kind, name, other, reason=reason, by=actor())
 
     try:
         made, new = with_engine(go)
@@ -152,7 +152,7 @@ def curate_undo(
     from services.core.curations import CurationError, undo
 
     async def go(engine: AsyncEngine) -> tuple[Curation, bool]:
-        return await undo(engine, curation_id, reason=reason, by=_actor())
+        return await undo(engine, curation_id, reason=reason, by=actor())
 
     try:
         done, changed = with_engine(go)
@@ -226,7 +226,7 @@ def curate_import(
                     str(row["name"]),
                     str(other),
                     reason=str(row.get("reason", "")),
-                    by=str(row.get("created_by") or _actor()),
+                    by=str(row.get("created_by") or actor()),
                     against_graph=False,
                 )
             except (CurationError, KeyError, TypeError) as exc:

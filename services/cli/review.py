@@ -68,7 +68,24 @@ def review_score(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The graph's duplicate and false-merge rates against judged items."""
-    from services.maintenance.review import check_item, score
+    from services.maintenance.review import score
+
+    items = [item for _, item in _judged(file)]
+
+    async def measure(engine: Any) -> dict[str, Any]:
+        async with engine.connect() as conn:
+            return await score(conn, items)
+
+    report = with_engine(measure)
+    if json_out:
+        typer.echo(json.dumps(report, indent=1))
+        return
+    _print_rates(report)
+
+
+def _judged(file: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, item) of every judged item; exits 2 naming the first bad line."""
+    from services.maintenance.review import check_item
 
     items = []
     for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
@@ -79,17 +96,17 @@ def review_score(
             check_item(item)
         except (ValueError, AttributeError) as exc:
             raise fail(f"{file}:{number}: {exc}", 2) from exc
-        items.append(item)
+        items.append((number, item))
+    return items
 
-    async def measure(engine: Any) -> dict[str, Any]:
-        async with engine.connect() as conn:
-            return await score(conn, items)
 
-    report = with_engine(measure)
-    if json_out:
-        typer.echo(json.dumps(report, indent=1))
-        return
-    for name in ("duplicate_rate", "false_merge_rate", "merges_made_of_distinct_pairs"):
+def _print_rates(report: dict[str, Any]) -> None:
+    for name in (
+        "linking_accuracy",
+        "duplicate_rate",
+        "false_merge_rate",
+        "merges_made_of_distinct_pairs",
+    ):
         r = report[name]
         share = "-" if r["share"] is None else f"{100 * r['share']:.1f}%"
         low, high = r["ci95"]
@@ -100,3 +117,60 @@ def review_score(
     missing = sum(c["missing"] for c in report["counts"].values())
     if missing:
         typer.echo(f"{missing} item(s) whose mentions are gone (documents deleted) left out")
+
+
+@review_app.command("apply")
+def review_apply(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what it would make; make nothing.")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Turn judged items into curations, and print the linking figures they measure.
+
+    A pair judged the same that the graph keeps apart becomes a merge; one judged different
+    that it merged, a split; one judged different and kept apart, a block. The curations are
+    pending until an indexer (or `kgstream curate apply`) resolves their documents again."""
+    from services.cli.curate import actor
+    from services.core.curations import CurationError, create
+    from services.maintenance.review import proposals, score
+
+    judged = _judged(file)
+
+    async def go(engine: Any) -> dict[str, Any]:
+        async with engine.connect() as conn:
+            report = await score(conn, [item for _, item in judged])
+            found = await proposals(conn, judged)
+        made: list[dict[str, Any]] = []
+        for p in found:
+            row: dict[str, Any] = {"line": p.line, "kind": p.kind, "name": p.name}
+            row |= {"other": p.other, "result": p.why or "would make"}
+            if p.kind is not None and not dry_run:
+                reason = f"review {file.name}:{p.line}"
+                try:
+                    rule, new = await create(
+                        engine, p.kind, p.name, p.other, reason=reason, by=actor()
+                    )
+                    row["result"] = f"made #{rule.id}" if new else f"in force already (#{rule.id})"
+                except CurationError as exc:
+                    row["result"] = f"refused: {exc.detail}"
+            made.append(row)
+        return {"figures": report, "curations": made}
+
+    result = with_engine(go)
+    if json_out:
+        typer.echo(json.dumps(result, indent=1))
+        return
+    _print_rates(result["figures"])
+    for row in result["curations"]:
+        if row["kind"] is not None:
+            typer.echo(
+                f"line {row['line']}: {row['kind']} {row['name']!r} / {row['other']!r}:"
+                f" {row['result']}"
+            )
+    todo = sum(r["kind"] is not None for r in result["curations"])
+    typer.echo(
+        f"{todo} curation(s) {'proposed' if dry_run else 'asked for'};"
+        f" {len(result['curations']) - todo} item(s) need none"
+    )

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.normalize import entity_key
 
 KINDS = ("candidate", "merged")
 VERDICTS = ("same", "different", "unsure")
@@ -45,6 +48,7 @@ _MERGED = text(
     " WHERE a.alias_key <> e.key ORDER BY e.id, a.alias"
 )
 _ENTITY = text("SELECT name, type FROM entities WHERE id = :e")
+_NAME_COUNT = text("SELECT name, mention_count FROM entities WHERE id = :e")
 # An entity's first mentions (with one surface, or any), their sentences and titles.
 _CONTEXTS = text(
     "SELECT m.doc_id, m.surface, m.sentence, d.title FROM mentions m"
@@ -170,10 +174,67 @@ async def score(conn: AsyncConnection, items: Iterable[Mapping[str, Any]]) -> di
             tally["different_merged"] += a == b
     pairs, merges = counts["candidate"], counts["merged"]
     decided = {kind: c["same"] + c["different"] for kind, c in counts.items()}
+    wrong = sum(c["same_apart"] + c["different_merged"] for c in counts.values())
     return {
         "counts": counts,
+        # The graph's decision (one entity or two) agrees with the verdict, over both kinds.
+        "linking_accuracy": rate(sum(decided.values()) - wrong, sum(decided.values())),
         "duplicate_rate": rate(pairs["same_apart"], decided["candidate"]),
         "false_merge_rate": rate(merges["different_merged"], decided["merged"]),
         "merges_made_of_distinct_pairs": rate(pairs["different_merged"], decided["candidate"]),
         "true_merges_undone": rate(merges["same_apart"], decided["merged"]),
     }
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The curation a verdict asks for, on the graph as it is now (``kind`` None: nothing
+    to do, or nothing a rule by name can do; ``why`` says which)."""
+
+    line: int
+    kind: str | None
+    name: str = ""
+    other: str = ""
+    why: str = ""
+
+
+async def proposals(
+    conn: AsyncConnection, items: Sequence[tuple[int, Mapping[str, Any]]]
+) -> list[Proposal]:
+    """For each judged (line, item): a pair judged the same that the graph keeps apart is a
+    ``merge`` (into the better-evidenced entity); a pair judged different that the graph
+    merged is a ``split`` of the other side's surface; a pair judged different and kept apart
+    is a ``block`` (so no later merge joins them)."""
+    out: list[Proposal] = []
+    for line, item in items:
+        check_item(item)
+        if item["label"] == "unsure":
+            out.append(Proposal(line, None, why="unsure"))
+            continue
+        a, b = await _owner(conn, item["a"]), await _owner(conn, item["b"])
+        if a is None or b is None:
+            out.append(Proposal(line, None, why="its mentions are gone"))
+            continue
+        same = item["label"] == "same"
+        if same and a == b:
+            out.append(Proposal(line, None, why="merged already"))
+            continue
+        (name_a, count_a), (name_b, count_b) = await _named(conn, a), await _named(conn, b)
+        if same:
+            keep, into = (name_a, name_b) if count_a >= count_b else (name_b, name_a)
+            out.append(Proposal(line, "merge", keep, into))
+        elif a != b:
+            out.append(Proposal(line, "block", name_a, name_b))
+        else:
+            surfaces = [c["surface"] for side in ("b", "a") for c in item[side]["contexts"]]
+            alias = next((x for x in surfaces if entity_key(x) != entity_key(name_a)), None)
+            if alias is None:
+                out.append(Proposal(line, None, why="one name to resolution: no rule can split"))
+            else:
+                out.append(Proposal(line, "split", name_a, alias))
+    return out
+
+
+async def _named(conn: AsyncConnection, entity: int) -> tuple[str, int]:
+    row = (await conn.execute(_NAME_COUNT, {"e": entity})).one()
+    return str(row.name), int(row.mention_count)

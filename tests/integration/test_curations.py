@@ -550,3 +550,51 @@ async def test_curations_api_records_the_key_and_answers_problems(
     finally:
         await engine.dispose()
         drop_database(url)
+
+
+def test_review_apply_turns_verdicts_into_curations(env: Env, infra: Infra, tmp_path: Path) -> None:
+    url = create_database(env.server_url)
+    try:
+        asyncio.run(ingest(env, url, [ZEDONG, NIXON]))
+        on = Settings(home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap)
+
+        def side(doc_id: str, surface: str) -> dict[str, Any]:
+            return {"contexts": [{"doc_id": doc_id, "surface": surface}]}
+
+        judged = tmp_path / "week.jsonl"
+        items = [
+            ("candidate", side("doc-zedong", "Mao Zedong"), side("doc-nixon", "Mao"), "same"),
+            ("candidate", side("doc-nixon", "Richard Nixon"), side("doc-nixon", "Beijing"),
+             "different"),
+            ("candidate", side("doc-nixon", "Beijing"), side("doc-zedong", "Mao Zedong"),
+             "unsure"),
+        ]  # fmt: skip
+        judged.write_text(
+            "".join(
+                json.dumps({"kind": k, "a": a, "b": b, "label": label}) + "\n"
+                for k, a, b, label in items
+            )
+        )
+        dry = kgstream(on, "review", "apply", str(judged), "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        report = json.loads(dry.stdout)
+        # the graph keeps the pair judged the same apart: one decision of two is right
+        assert report["figures"]["linking_accuracy"]["hits"] == 1
+        assert report["figures"]["linking_accuracy"]["of"] == 2
+        assert [(c["kind"], c["name"], c["other"]) for c in report["curations"]] == [
+            ("merge", "Mao Zedong", "Mao"),
+            ("block", "Richard Nixon", "Beijing"),
+            (None, "", ""),
+        ]
+        assert json.loads(kgstream(on, "curate", "list", "--json").stdout) == []
+
+        made = kgstream(on, "review", "apply", str(judged))
+        assert made.returncode == 0, made.stderr
+        assert "line 1: merge 'Mao Zedong' / 'Mao': made #1" in made.stdout
+        listed = json.loads(kgstream(on, "curate", "list", "--json").stdout)
+        assert [(c["kind"], c["reason"]) for c in listed] == [
+            ("merge", "review week.jsonl:1"),
+            ("block", "review week.jsonl:2"),
+        ]
+    finally:
+        drop_database(url)
