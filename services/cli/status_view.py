@@ -31,6 +31,7 @@ def render(data: dict[str, Any]) -> str:
         "tokens",
         "processes",
         "replicas",
+        "curations",
     }
     for key, value in data.items():
         if key not in sections:
@@ -59,6 +60,14 @@ def render(data: dict[str, Any]) -> str:
     lines.append(
         f"{'change':>18}: ratio {change['ratio']:.4f}, threshold {change['threshold']} ({verdict})"
     )
+    if (cur := data.get("curations")) is not None:
+        waiting = (
+            f", the oldest for {cur['oldest_pending_s']:g}s" if cur["oldest_pending_s"] else ""
+        )
+        lines.append(
+            f"{'curations':>18}: {cur['in_force']} in force, {cur['pending']} not applied to the"
+            f" stored documents yet{waiting}"
+        )
     reasons = data["dead_letters_by_reason"]
     shown = ", ".join(f"{r} {n}" for r, n in reasons.items()) or "none"
     lines.append(f"{'dead letters':>18}: {shown}")

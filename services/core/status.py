@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.activity import activity
 from services.core.change_state import read_change_state
@@ -25,6 +25,24 @@ _COUNTS = {
     "dead_letters": "SELECT count(*) FROM dead_letters WHERE replayed_at IS NULL",
     "graph_changes": "SELECT count(*) FROM graph_changes",
 }
+
+
+_CURATIONS = text(
+    "SELECT count(*) FILTER (WHERE undone_at IS NULL) AS in_force,"
+    " count(*) FILTER (WHERE applied_at IS NULL OR (undone_at IS NOT NULL"
+    "  AND undo_applied_at IS NULL)) AS pending,"
+    " extract(epoch FROM now() - min(coalesce(undone_at, created_at)) FILTER (WHERE"
+    "  applied_at IS NULL OR (undone_at IS NOT NULL AND undo_applied_at IS NULL)))"
+    "  AS oldest_pending_s FROM curations"
+)
+
+
+async def curation_counts(conn: AsyncConnection) -> dict[str, Any]:
+    """Curations in force, rule changes the indexer has not applied to the stored documents
+    yet, and how long the oldest of those has waited (seconds; None when none waits)."""
+    row = (await conn.execute(_CURATIONS)).one()
+    oldest = None if row.oldest_pending_s is None else round(float(row.oldest_pending_s), 1)
+    return {"in_force": int(row.in_force), "pending": int(row.pending), "oldest_pending_s": oldest}
 
 
 async def database_status(
@@ -58,6 +76,7 @@ async def database_status(
                     freshness_window_s=freshness_window_s,
                 )
             )
+            out["curations"] = await curation_counts(conn)
             progress = await read_progress(conn)
             processes = await live_processes(conn)
             snap = (

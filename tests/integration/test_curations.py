@@ -528,9 +528,14 @@ async def test_curations_api_records_the_key_and_answers_problems(
                 assert refused.headers["content-type"] == "application/problem+json"
                 assert words in refused.text
             assert (await client.get("/v1/curations/999")).status_code == 404
+            waiting = (await client.get("/v1/status")).json()["curations"]
+            assert (waiting["in_force"], waiting["pending"]) == (1, 1)
+            assert waiting["oldest_pending_s"] >= 0
 
             async with env.deps(url) as deps:  # the indexer's tick
                 await apply_pending(deps)
+            done = (await client.get("/v1/status")).json()["curations"]
+            assert done == {"in_force": 1, "pending": 0, "oldest_pending_s": None}
             assert surface_entity(url, "doc-nixon", "Mao") == "Mao Zedong"
             one = (await client.get(f"/v1/curations/{rule['id']}")).json()
             assert one["status"] == "applied"

@@ -88,3 +88,43 @@ def test_publish_index_query(
         assert body["mode_used"] == mode
         assert {"doc_id", "chunk_id", "score", "text"} <= set(body["contexts"][0])
         assert set(q["gold_doc_ids"]) & {c["doc_id"] for c in body["contexts"]}
+
+
+def test_the_indexer_applies_a_curation_made_from_the_cli(
+    settings: Settings, indexer: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    """The worker's timer (KGSTREAM_CURATION_APPLY_INTERVAL_S, 5 s) resolves the stored
+    documents again: nobody runs `curate apply`."""
+    at = "2024-01-01T00:00:00Z"
+    events = [
+        {"event_id": "z1", "type": "upsert", "doc_id": "zedong", "title": "Chinese Revolution",
+         "text": "The leader Mao Zedong founded the state.", "occurred_at": at},
+        {"event_id": "n1", "type": "upsert", "doc_id": "nixon", "title": "Diplomacy",
+         "text": "In 1972 Mao met Richard Nixon in Beijing.", "occurred_at": at},
+    ]  # fmt: skip
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert kgstream(settings, "publish", str(path)).returncode == 0
+    url = str(settings.database_url)
+    assert wait_processed(url, 2) == 2
+    made = kgstream(settings, "curate", "merge", "Mao Zedong", "Mao")
+    assert made.returncode == 0, made.stderr
+    owner = (
+        "SELECT e.name FROM mentions m JOIN entities e ON e.id = m.entity_id"
+        " WHERE m.doc_id = 'nixon' AND m.surface = 'Mao'"
+    )
+    engine = create_engine(url)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                pending = conn.scalar(
+                    text("SELECT count(*) FROM curations WHERE applied_at IS NULL")
+                )
+                name = conn.scalar(text(owner))
+            if pending == 0:
+                break
+            time.sleep(0.5)
+    finally:
+        engine.dispose()
+    assert (pending, name) == (0, "Mao Zedong")
