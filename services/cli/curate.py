@@ -61,7 +61,7 @@ def _make(kind: str, name: str, other: str, reason: str, apply: bool) -> None:
     if not new:
         return
     if apply:
-        _print_report(_apply_now())
+        print_report(apply_now())
     else:
         typer.echo(
             "pending: a running indexer applies it to the stored documents within"
@@ -160,18 +160,18 @@ def curate_undo(
         raise fail(exc.detail, 2) from None
     typer.echo(done.describe() + ("" if changed else " (undone already: nothing changed)"))
     if apply and changed:
-        _print_report(_apply_now())
+        print_report(apply_now())
 
 
 @curate_app.command("apply")
 def curate_apply(json_out: JsonFlag = False) -> None:
     """Resolve the documents of pending (and undone) curations again, in this process, with
     the configured models (an LLM extractor is asked again for each of their chunks)."""
-    report = _apply_now(progress=not json_out)
+    report = apply_now(progress=not json_out)
     if json_out:
         typer.echo(json.dumps(asdict(report)))
     else:
-        _print_report(report)
+        print_report(report)
     if report.failed:
         raise typer.Exit(1)
 
@@ -237,7 +237,7 @@ def curate_import(
     typer.echo(f"imported {with_engine(go)} curation(s)")
 
 
-def _apply_now(*, progress: bool = True) -> ApplyReport:
+def apply_now(*, progress: bool = True) -> ApplyReport:
     """Run the apply in this process, with the models the indexer would use."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -288,7 +288,7 @@ def _progress() -> Callable[[int, int], None]:
     return show
 
 
-def _print_report(report: ApplyReport) -> None:
+def print_report(report: ApplyReport) -> None:
     if report.busy:
         typer.echo("another process is applying curations now; try again when it is done")
         return

@@ -18,6 +18,7 @@ from services.cli.common import fail as _fail
 from services.cli.common import settings as _settings
 from services.cli.common import with_engine as _with_engine
 from services.cli.curate import curate_app
+from services.cli.maintain import maintain_app
 from services.cli.review import review_app
 from services.core.settings import Settings
 
@@ -34,6 +35,7 @@ keys_app = typer.Typer(no_args_is_help=True, help="API keys of the query API.")
 app.add_typer(keys_app, name="keys")
 app.add_typer(review_app, name="review")
 app.add_typer(curate_app, name="curate")
+app.add_typer(maintain_app, name="maintain")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 

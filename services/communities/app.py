@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from datetime import UTC, datetime
 
@@ -14,6 +15,7 @@ import openai
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from kafka import KafkaProducer
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.communities.leiden import LeidenConfig
 from services.communities.llm_reports import LLMReportWriter
@@ -29,10 +31,11 @@ from services.core.db.engine import DbTimeouts, check_schema, make_engine
 from services.core.errors import ConfigurationError
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
-from services.core.models import build_embedder
+from services.core.models import build_context_adjudicator, build_embedder
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
+from services.maintenance.consolidation import consolidate
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +47,11 @@ def build_deps(
     executor: Executor | None = None,
     announce: Announcer | None = None,
     observer: CommunitiesObserver = NO_OBSERVER,
+    client: openai.OpenAI | None = None,
 ) -> RecomputeDeps:
-    """Everything a recompute needs, from the settings."""
-    client = process_client(settings)  # the process's one OpenAI client (None offline)
+    """Everything a recompute needs, from the settings (``client``: the process's one OpenAI
+    client; made here when not given, None offline)."""
+    client = client or process_client(settings)
     writer = build_writer(settings, client)
     return RecomputeDeps(
         engine=make_engine(
@@ -108,6 +113,37 @@ def build_writer(settings: Settings, client: openai.OpenAI | None) -> ReportWrit
     )
 
 
+def _consolidation_job(
+    settings: Settings, engine: AsyncEngine, client: openai.OpenAI | None
+) -> Callable[[], Awaitable[None]] | None:
+    """Consolidation on the schedule (services/maintenance/consolidation.py), or None: off
+    (KGSTREAM_CONSOLIDATION_INTERVAL_S=0) or no LLM adjudicator to decide its band."""
+    adjudicate = build_context_adjudicator(settings, client)
+    if settings.consolidation_interval_s <= 0 or adjudicate is None:
+        log.info(
+            "consolidation is not scheduled: %s",
+            "KGSTREAM_CONSOLIDATION_INTERVAL_S is 0"
+            if settings.consolidation_interval_s <= 0
+            else "no LLM adjudicator (offline, nothing decides its band; `kgstream maintain"
+            " consolidate --out FILE` writes it out for a person)",
+        )
+        return None
+    embedder = build_embedder(settings, client)
+
+    async def job() -> None:
+        try:
+            report = await consolidate(engine, embedder, adjudicate=adjudicate)
+            log.info(
+                "consolidation: %d pair(s) looked at, %d merge curation(s) made",
+                len(report.pairs),
+                len(report.made),
+            )
+        except Exception:  # the next run tries again; nothing was half made (one rule each)
+            log.exception("consolidation failed")
+
+    return job
+
+
 def run(settings: Settings, endpoints: Endpoints) -> None:
     """Run the worker in the foreground until SIGTERM or SIGINT."""
     asyncio.run(_serve(settings, endpoints))
@@ -122,12 +158,14 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
     )
     # Leiden holds the GIL: a separate process keeps the event loop (and the scheduler) live.
     pool = make_pool()
+    client = process_client(settings)  # the process's one OpenAI client (None offline)
     deps = build_deps(
         settings,
         endpoints.database_url,
         executor=pool,
         announce=kafka_announcer(producer, settings.snapshots_topic),
         observer=PrometheusCommunitiesObserver(),
+        client=client,
     )
     rules = policy(settings)
 
@@ -172,6 +210,7 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
             # The failed snapshot row records it; the next tick retries after the interval.
             log.exception("community recompute failed")
 
+    consolidation = _consolidation_job(settings, deps.engine, client)
     try:
         await check_schema(deps.engine, settings.embedding_dim)
         await ops.start()
@@ -184,6 +223,15 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
             coalesce=True,
             id="communities-recompute-check",
         )
+        if consolidation is not None:
+            scheduler.add_job(
+                consolidation,
+                "interval",
+                seconds=settings.consolidation_interval_s,
+                max_instances=1,
+                coalesce=True,
+                id="consolidation",
+            )
         scheduler.start()
         log.info(
             "communities worker up: checking every %.0fs, threshold %.2f",

@@ -63,6 +63,18 @@ def build_adjudicator(
     return make_adjudicator(client, settings.llm_model, settings.llm_max_attempts, meter)
 
 
+def build_context_adjudicator(
+    settings: Settings, client: openai.OpenAI | None, meter: ModelMeter = NO_METER
+) -> Callable[[str, str, str, str, str], Awaitable[bool]] | None:
+    """Consolidation's LLM adjudicator (two names with a sentence each), on the same switch as
+    the resolver's: None offline or with KGSTREAM_RESOLUTION_LLM_ADJUDICATION off."""
+    if client is None or not settings.resolution_llm_adjudication:
+        return None
+    from services.core.llm.adjudicator import make_context_adjudicator
+
+    return make_context_adjudicator(client, settings.llm_model, settings.llm_max_attempts, meter)
+
+
 def _required(client: openai.OpenAI | None, what: str) -> openai.OpenAI:
     if client is None:
         raise ConfigurationError(f"{what} needs KGSTREAM_OPENAI_BASE_URL")

@@ -268,6 +268,13 @@ class Settings(BaseSettings):
     )
 
     # --- communities (issue 4) -------------------------------------------
+    consolidation_interval_s: float = Field(
+        default=86400.0,
+        ge=0,
+        description="How often the communities worker runs consolidation (0: never). It "
+        "merges only what an LLM adjudicator confirms, so it runs only when one is configured "
+        '(docs/curation.md, "Consolidation").',
+    )
     communities_check_interval_s: float = Field(
         default=10.0, gt=0, description="How often the communities worker checks the ratio."
     )

@@ -65,9 +65,11 @@ _OWNER = text(
 )
 
 
-async def _side(
+async def side(
     conn: AsyncConnection, entity: int, surface: str | None, other_than: str | None = None
 ) -> dict[str, Any]:
+    """One side of a review item: the entity's name and type, and its first mentions (by
+    ``surface`` only, or by any surface but ``other_than``) with their sentences and titles."""
     found = (await conn.execute(_ENTITY, {"e": entity})).first()
     values = {"e": entity, "surface": surface, "other_than": other_than, "n": CONTEXTS_PER_SIDE}
     rows = (await conn.execute(_CONTEXTS, values)).all()
@@ -93,14 +95,14 @@ async def sample(
     items: list[dict[str, Any]] = []
     pairs = (await conn.execute(_CANDIDATES)).all()
     for a, b in rng.sample(pairs, min(candidates, len(pairs))):
-        left, right = await _side(conn, a, None), await _side(conn, b, None)
+        left, right = await side(conn, a, None), await side(conn, b, None)
         if left["contexts"] and right["contexts"]:
             items.append({"kind": "candidate", "a": left, "b": right})
     merged = (await conn.execute(_MERGED)).all()
     for entity, alias in rng.sample(merged, min(merges, len(merged))):
         # the entity's side: its first mentions by another surface than the alias
-        own = await _side(conn, entity, None, other_than=alias)
-        aliased = await _side(conn, entity, alias)
+        own = await side(conn, entity, None, other_than=alias)
+        aliased = await side(conn, entity, alias)
         if own["contexts"] and aliased["contexts"]:
             items.append({"kind": "merged", "a": own, "b": aliased})
     return items
