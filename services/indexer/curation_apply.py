@@ -72,7 +72,7 @@ async def apply_pending(deps: IndexerDeps, progress: Progress | None = None) -> 
             failed: list[str] = []
             for i, doc_id in enumerate(docs):
                 try:
-                    if await resolve_again(deps, doc_id, frozenset(docs[i:])):
+                    if await resolve_again(deps, doc_id, frozenset(docs[i:]), frozenset(todo.keys)):
                         done += 1
                     else:
                         gone += 1
@@ -97,13 +97,18 @@ async def apply_pending(deps: IndexerDeps, progress: Progress | None = None) -> 
 
 
 async def resolve_again(
-    deps: IndexerDeps, doc_id: str, unsettled: frozenset[str] = frozenset()
+    deps: IndexerDeps,
+    doc_id: str,
+    unsettled: frozenset[str] = frozenset(),
+    ruled_keys: frozenset[str] = frozenset(),
 ) -> bool:
     """Resolve one stored document again under the rules in force; False when it is gone.
-    ``unsettled``: the documents still to be resolved again (this one among them). The aliases
-    only they support were made under the old rules, so they do not count: the result is what
-    ingesting the affected documents again, after the others and in order, gives.
-    StaleComputeError when it kept changing under MAX_ATTEMPTS plans."""
+    ``unsettled``: the documents still to be resolved again (this one among them);
+    ``ruled_keys``: the names the applied rules are about. An alias of one of those names that
+    only unsettled documents support was made under the old rules, so it does not count: for
+    those names the result is what ingesting the affected documents again, after the others
+    and in order, gives. Other aliases count as they are (a rule about "Mao" leaves how "Patel"
+    resolves alone). StaleComputeError when it kept changing under MAX_ATTEMPTS plans."""
     for _ in range(MAX_ATTEMPTS):
         async with deps.engine.connect() as conn:
             doc = (await conn.execute(_DOCUMENT, {"d": doc_id})).one_or_none()
@@ -127,7 +132,9 @@ async def resolve_again(
         plan = UpsertPlan(event, str(doc.content_hash), chunks, chunks)
         # The write keeps the chunks and their vectors: no embedding is needed.
         write = replace(
-            await recompute(deps, plan, {h: () for h, _ in chunks}), unsettled=unsettled
+            await recompute(deps, plan, {h: () for h, _ in chunks}),
+            unsettled=unsettled,
+            ruled_keys=ruled_keys,
         )
         try:
             return await write_reresolve(deps, write)

@@ -23,12 +23,14 @@ _BY_KEY = (
     "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key{settled}) e"
 )
 _EXISTING = text(_BY_KEY.format(settled=""))
-# While curations are applied: an alias counts only while a document outside the ones still
-# to be resolved again names the entity by it (services/indexer/curation_apply.py).
+# While curations are applied: an alias of a name the rules are about counts only while a
+# document outside the ones still to be resolved again names the entity by it
+# (services/indexer/curation_apply.py).
 _EXISTING_SETTLED = text(
     _BY_KEY.format(
-        settled=" AND EXISTS (SELECT 1 FROM mentions m WHERE m.entity_id = a.entity_id"
-        " AND m.surface = a.alias AND m.doc_id <> ALL(CAST(:unsettled AS text[])))"
+        settled=" AND (a.alias_key <> ALL(CAST(:ruled AS text[])) OR EXISTS (SELECT 1"
+        " FROM mentions m WHERE m.entity_id = a.entity_id AND m.surface = a.alias"
+        " AND m.doc_id <> ALL(CAST(:unsettled AS text[]))))"
     )
 )
 _INSERT = text(
@@ -123,7 +125,12 @@ async def _exact(
     by_key: dict[str, list[ExactMatch]] = {}
     if plan.unsettled:
         found = await conn.execute(
-            _EXISTING_SETTLED, {"keys": list(keys), "unsettled": sorted(plan.unsettled)}
+            _EXISTING_SETTLED,
+            {
+                "keys": list(keys),
+                "unsettled": sorted(plan.unsettled),
+                "ruled": sorted(plan.ruled_keys),
+            },
         )
     else:
         found = await conn.execute(_EXISTING, {"keys": list(keys)})
