@@ -412,6 +412,12 @@ class Settings(BaseSettings):
         description="Local mode re-seeds a second PPR walk from the entities of this many top "
         "fused passages that the question does not name (0: one walk). docs/retrieval.md.",
     )
+    query_local_hide_weak_edges: bool = Field(
+        default=False,
+        description="Local mode's walk leaves out weak relationships (a co-occurrence with one "
+        "piece of evidence: relationships.weak); path mode, entity neighbours and communities "
+        'keep them (docs/curation.md, "Pruning").',
+    )
     query_local_chain_width: int = Field(
         default=3,
         ge=0,

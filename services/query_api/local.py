@@ -44,6 +44,7 @@ class LocalMethods:
     reseed_passages: int = 5  # top fused passages whose bridge entities re-seed (0: off)
     hub_damping: bool = False  # passage-entity edges weighted 1 / ln(1 + df)
     chain_width: int = 3  # chains of passages followed through bridge entities (0: off)
+    hide_weak_edges: bool = False  # leave out co-occurrences with one piece of evidence
 
 
 _PAGERANK = text(
@@ -81,7 +82,9 @@ async def graph_scores(
         second = list(
             (
                 await conn.execute(
-                    *neighbourhood.RELATIONSHIPS.bind(caller, {"e": ring, "n": 2000})
+                    *neighbourhood.relationships(methods.hide_weak_edges).bind(
+                        caller, {"e": ring, "n": 2000}
+                    )
                 )
             ).all()
         )
@@ -128,7 +131,9 @@ async def local_search(
     walk also restarts from the bridge entities of the fused top. Chains start at the fused
     top, or continue from ``chain_start`` (a follow-up search)."""
     depth = max(3 * k, 30)
-    hood = await neighbourhood.around(conn, sorted(grounding.weights), caller=caller)
+    hood = await neighbourhood.around(
+        conn, sorted(grounding.weights), caller=caller, hide_weak=methods.hide_weak_edges
+    )
     walk = functools.partial(
         graph_scores,
         conn,

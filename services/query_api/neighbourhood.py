@@ -56,17 +56,36 @@ class LocalGraph:
 
 # For a restricted caller: visible relationships only, weight and description rebuilt from
 # visible evidence; mentions only in visible documents. The PPR graph is built from these.
-RELATIONSHIPS = Filtered.of(
+# ``{strong}``: nothing, or the filter that leaves weak edges out (STRONG_RELATIONSHIPS).
+_RELATIONSHIPS_ADMIN = (
     "SELECT r.source_id, r.target_id, r.type, r.weight, r.description FROM relationships r"
-    " WHERE r.source_id = ANY(:e) OR r.target_id = ANY(:e)"
-    " ORDER BY r.weight DESC, r.id LIMIT :n",
+    " WHERE (r.source_id = ANY(:e) OR r.target_id = ANY(:e)){strong}"
+    " ORDER BY r.weight DESC, r.id LIMIT :n"
+)
+_RELATIONSHIPS_VISIBLE = (
     "SELECT r.source_id, r.target_id, r.type, v.w, v.x FROM relationships r"  # noqa: S608 - visibility fragments are constants
     " CROSS JOIN LATERAL "
     + visible_evidence("r.id")
     + " v WHERE (r.source_id = ANY(:e) OR r.target_id = ANY(:e)) AND v.n > 0 AND "
     + ends_visible("r.source_id", "r.target_id")
-    + " ORDER BY v.w DESC, r.id LIMIT :n",
+    + "{strong} ORDER BY v.w DESC, r.id LIMIT :n"
 )
+RELATIONSHIPS = Filtered.of(
+    _RELATIONSHIPS_ADMIN.format(strong=""), _RELATIONSHIPS_VISIBLE.format(strong="")
+)
+# Weak edges (relationships.weak: a co-occurrence with one piece of evidence) left out:
+# KGSTREAM_QUERY_LOCAL_HIDE_WEAK_EDGES (docs/curation.md, "Pruning").
+STRONG_RELATIONSHIPS = Filtered.of(
+    _RELATIONSHIPS_ADMIN.format(strong=" AND NOT r.weak"),
+    _RELATIONSHIPS_VISIBLE.format(strong=" AND NOT r.weak"),
+)
+
+
+def relationships(hide_weak: bool) -> Filtered:
+    """Local mode's relationship statement: every edge, or the strong ones only."""
+    return STRONG_RELATIONSHIPS if hide_weak else RELATIONSHIPS
+
+
 # Small statements over explicit id lists: each is an index lookup (one query joining
 # mentions to entities made the planner scan both tables on a 10k-document corpus).
 _NOT_HUBS = text(
@@ -123,11 +142,13 @@ async def around(
     seeds: Sequence[int],
     *,
     caller: Caller,
+    hide_weak: bool = False,
 ) -> LocalGraph:
-    """Seeds, their 1-hop relationship neighbours, the passages that mention them, and one
-    more passage-entity step (the bridge to a second document); hubs are not expanded. Only
-    what the caller can see."""
-    rels = (await conn.execute(*RELATIONSHIPS.bind(caller, {"e": list(seeds), "n": 500}))).all()
+    """Seeds, their 1-hop relationship neighbours (``hide_weak``: strong edges only), the
+    passages that mention them, and one more passage-entity step (the bridge to a second
+    document); hubs are not expanded. Only what the caller can see."""
+    statement = relationships(hide_weak)
+    rels = (await conn.execute(*statement.bind(caller, {"e": list(seeds), "n": 500}))).all()
     relations = [(int(s), int(t), str(y), float(w), str(d)) for s, t, y, w, d in rels]
     entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
     first = await mentions_of(conn, first_step(await not_hubs(conn, entities), seeds), caller)

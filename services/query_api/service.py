@@ -80,6 +80,7 @@ class QueryConfig:
                 reseed_passages=settings.query_local_reseed_passages,
                 hub_damping=settings.query_local_hub_damping,
                 chain_width=settings.query_local_chain_width,
+                hide_weak_edges=settings.query_local_hide_weak_edges,
             ),
             hybrid=settings.query_hybrid,
             rrf_k=settings.query_rrf_k,

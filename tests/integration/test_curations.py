@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from services.core.access import Caller
 from services.core.api_keys import create_key
 from services.core.curations import CurationError, create, list_all, undo
 from services.core.db.engine import make_engine
@@ -29,6 +30,7 @@ from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
 from services.indexer.handlers import prepare_batch, write_batch
+from services.query_api import neighbourhood
 from services.query_api.app import create_app
 from services.query_api.service import build_query_service
 from tests.conftest import Infra
@@ -601,5 +603,40 @@ def test_review_apply_turns_verdicts_into_curations(env: Env, infra: Infra, tmp_
             ("merge", "review week.jsonl:1"),
             ("block", "review week.jsonl:2"),
         ]
+    finally:
+        drop_database(url)
+
+
+# --- pruning: weak relationships marked, never deleted ---
+
+
+async def test_a_weak_edge_turns_strong_with_evidence_and_weak_again_when_it_goes(
+    env: Env,
+) -> None:
+    url = create_database(env.server_url)
+    weak = (
+        "SELECT r.weak FROM relationships r JOIN entities s ON s.id = r.source_id"
+        " JOIN entities t ON t.id = r.target_id WHERE r.type = 'co_occurs'"
+        " AND least(s.name, t.name) = 'Beijing' AND greatest(s.name, t.name) = 'Richard Nixon'"
+    )
+    try:
+        await ingest(env, url, [NIXON])
+        assert scalar(url, weak) is True  # one sentence says it
+        again = doc("doc-again", "Visit", "In 1972 Richard Nixon flew to Beijing.")
+        await ingest(env, url, [again])
+        assert scalar(url, weak) is False  # a second piece of evidence
+        gone = {"event_id": "gone", "type": "delete", "doc_id": "doc-again",
+                "occurred_at": T0.replace(year=2030).isoformat()}  # fmt: skip
+        assert await env.build(url, [gone]) == ["deleted"]
+        assert scalar(url, weak) is True  # and back, with the edge still there
+
+        async with env.deps(url) as deps, deps.engine.connect() as conn:
+            seeds = [int(scalar(url, "SELECT id FROM entities WHERE name = 'Richard Nixon'"))]
+            every = await neighbourhood.around(conn, seeds, caller=Caller.operator())
+            strong = await neighbourhood.around(
+                conn, seeds, caller=Caller.operator(), hide_weak=True
+            )
+        assert every.relations
+        assert strong.relations == []  # every edge of this tiny graph is a single co-occurrence
     finally:
         drop_database(url)

@@ -57,7 +57,7 @@ _CANONICAL: dict[str, str] = {
     ),
     "relationships": (
         f"SELECT {_ENDPOINTS}, r.type, round(r.weight::numeric, 6), r.evidence_count,"  # noqa: S608 - _ENDPOINTS is a constant
-        " r.description FROM relationships r JOIN entities s ON s.id = r.source_id"
+        " r.description, r.weak FROM relationships r JOIN entities s ON s.id = r.source_id"
         " JOIN entities t ON t.id = r.target_id"
     ),
     "evidence": (
