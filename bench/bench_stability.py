@@ -130,6 +130,16 @@ def changed(old: Structure, new: Structure) -> list[float]:
     return out
 
 
+def reports(old: Structure, new: Structure) -> list[list[int]]:
+    """Per level: [communities whose fingerprint no old community had, communities]: the
+    reports a recompute writes again (an unchanged fingerprint keeps its report)."""
+    before = {f for level in old.levels for f in level.fingerprints}
+    return [
+        [sum(f not in before for f in level.fingerprints), len(level.fingerprints)]
+        for level in new.levels
+    ]
+
+
 def modularity(graph: Edges, labels: I64) -> float:
     """Modularity on the whole graph (nodes without a community as singletons)."""
     n, src, dst, weight = graph
@@ -150,7 +160,7 @@ def run_size(size: int, repeat: int, args: argparse.Namespace) -> list[dict[str,
     rng = np.random.default_rng(1000 + repeat)
     base_config = LeidenConfig(max_sizes=(args.max_size,), seed=42)
     first = compute_structure(rows_of(*graph), None, base_config, MIN_JACCARD, 1)
-    methods = ["warm", *(f"fixed_r{r}" for r in args.radii)]
+    methods = ["warm", *(f"hyst_{m:g}" for m in args.margins), *(f"fixed_r{r}" for r in args.radii)]
     methods += [*(f"fixed_r{r}_splits" for r in args.radii), "cold", "keep"]
     if importlib.util.find_spec("leidenalg") is None:  # dropped from the dependencies
         print("leidenalg is not installed: fixed_* methods skipped", file=sys.stderr)
@@ -172,6 +182,11 @@ def run_size(size: int, repeat: int, args: argparse.Namespace) -> list[dict[str,
                 result = compute_structure(
                     new_rows, previous_of(old), base_config, MIN_JACCARD, next_free(old)
                 )
+            elif method.startswith("hyst_"):
+                hyst = replace(base_config, resplit_margin=float(method.split("_")[1]))
+                result = compute_structure(
+                    new_rows, previous_of(old), hyst, MIN_JACCARD, next_free(old)
+                )
             else:
                 radius = int(method.split("_")[1][1:])
                 moving = near(graph[1], graph[2], np.isin(np.arange(graph[0]), touched), radius)
@@ -191,6 +206,7 @@ def run_size(size: int, repeat: int, args: argparse.Namespace) -> list[dict[str,
                     "method": method,
                     "touched_nodes": round(len(touched) / graph[0], 4),
                     "changed_by_level": changed(old, result),
+                    "reports_by_level": reports(old, result),
                     "modularity": modularity(graph, result.levels[0].labels),
                     "modularity_by_level": [modularity(graph, lv.labels) for lv in result.levels],
                     "levels": len(result.levels),
@@ -249,8 +265,14 @@ def main() -> None:
     parser.add_argument("--churn", type=float, default=0.10, help="edges removed + added")
     parser.add_argument("--radii", default="0,1", help="neighbourhood radii for fixed_rR")
     parser.add_argument("--max-size", type=int, default=10, help="community size bound")
+    parser.add_argument(
+        "--margins",
+        default="",
+        help="re-split margins for hyst_M (LeidenConfig.resplit_margin), e.g. 0,0.01,0.05",
+    )
     args = parser.parse_args()
     args.radii = [int(r) for r in args.radii.split(",") if r != ""]
+    args.margins = [float(m) for m in args.margins.split(",") if m != ""]
     if args.quick:
         args.sizes, args.repeats, args.steps = "10000", 1, 2
     rows: list[dict[str, Any]] = []

@@ -80,6 +80,7 @@ def leiden_config(settings: Settings) -> LeidenConfig:
         iterations=settings.communities_leiden_iterations,
         split_iterations=settings.communities_split_iterations,
         seed=settings.communities_seed,
+        resplit_margin=settings.communities_resplit_margin,
     )
 
 

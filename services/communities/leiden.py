@@ -1,13 +1,15 @@
 """Hierarchical Leiden (igraph's C implementation), deterministic for a given input and seed.
 
 Level 0 optimises modularity over the whole graph, optionally warm-started from a previous
-membership. Every community larger than the level's size bound is split again on its own
-induced subgraph, giving level 1, and so on. All the splits of one level run as one igraph call
-on the disjoint union of the induced subgraphs, using CPM with node weight
-``k_i / sqrt(2 m_c)`` (``k_i`` the strength inside parent ``c``, ``m_c`` the parent's internal
-weight): for pairs inside one parent that is exactly the modularity of the parent's induced
-subgraph, and a pair across parents has no edge and a positive penalty, so it is never merged.
-One call per level instead of one per community keeps the hierarchy fast at a million edges.
+membership. Every community larger than the level's size bound is split again on its own induced
+subgraph, giving level 1, and so on; a warm-started split keeps the parent's previous children
+unless the new split is better by ``LeidenConfig.resplit_margin`` (hysteresis). All the splits of
+one level run as one igraph call on the disjoint union of the induced subgraphs, using CPM with
+node weight ``k_i / sqrt(2 m_c)`` (``k_i`` the strength inside parent ``c``, ``m_c`` the parent's
+internal weight): for pairs inside one parent that is exactly the modularity of the parent's
+induced subgraph, and a pair across parents has no edge and a positive penalty, so it is never
+merged. One call per level instead of one per community keeps the hierarchy fast at a million
+edges.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ class LeidenConfig:
     iterations: int = 3  # level 0, at most: enough for a warm start to keep an unchanged graph
     split_iterations: int = 1
     seed: int = 42
+    # Hysteresis of warm-started splits: a parent keeps its previous children (repaired: new
+    # nodes join the child they are most tied to) unless the new split raises the parent's
+    # quality by more than this share of it (KGSTREAM_COMMUNITIES_RESPLIT_MARGIN). None: every
+    # split is taken as Leiden gives it (a first build has no previous children anyway).
+    resplit_margin: float | None = None
 
     def max_size(self, level: int) -> int:
         return self.max_sizes[min(level, len(self.max_sizes) - 1)]
@@ -243,6 +250,13 @@ def _cpm_split(
         initial=start,
         iterations=config.split_iterations,
     )
+    if initial is not None and config.resplit_margin is not None:
+        old = _repaired(initial[kept], parent, s, d, w)
+        new_q = _quality(membership, parent, (s, d, w), node_weights, config.resolution(level))
+        old_q = _quality(old, parent, (s, d, w), node_weights, config.resolution(level))
+        keep = new_q - old_q <= config.resplit_margin * np.abs(old_q)
+        membership = np.where(keep[parent], old + int(membership.max(initial=-1)) + 1, membership)
+        membership = _compact(membership)
     # A node of a split parent without an edge inside it (possible only after a warm start
     # left a community disconnected) becomes a community of its own.
     out = np.full(len(lab), -1, dtype=np.int64)
@@ -251,6 +265,45 @@ def _cpm_split(
     alone = nodes[out[nodes] < 0]
     out[alone] = int(membership.max(initial=-1)) + 1 + np.arange(len(alone))
     return out[nodes]
+
+
+def _repaired(old: I64, parent: I64, s: I64, d: I64, w: F64) -> I64:
+    """The previous split of each parent on today's subgraph (``old``: a node's previous
+    child, -1 = none): a child is a (parent, previous child) pair; a node without one joins
+    the child it has the most edge weight to inside its parent, or stays alone."""
+    known = old >= 0
+    base = int(old.max(initial=-1)) + 1
+    out = np.where(known, parent * (base + 1) + old, -1)
+    a, b, ww = np.concatenate([s, d]), np.concatenate([d, s]), np.concatenate([w, w])
+    ties = ~known[a] & known[b]
+    if ties.any():
+        a, target, ww = a[ties], out[b[ties]], ww[ties]
+        pairs, inverse = np.unique(np.column_stack([a, target]), axis=0, return_inverse=True)
+        totals = np.bincount(inverse.ravel(), ww)
+        best = np.lexsort((-totals, pairs[:, 0]))  # per node, heaviest tie first
+        first = np.ones(len(best), dtype=bool)
+        first[1:] = pairs[best[1:], 0] != pairs[best[:-1], 0]
+        chosen = pairs[best[first]]
+        out[chosen[:, 0]] = chosen[:, 1]
+    loose = np.flatnonzero(out < 0)
+    out[loose] = int(out.max(initial=-1)) + 1 + np.arange(len(loose))
+    return _compact(out)
+
+
+def _quality(
+    part: I64, parent: I64, edges: tuple[I64, I64, F64], node_weights: F64, resolution: float
+) -> F64:
+    """Per parent, the CPM quality the splits optimise (node weights as in ``_cpm_split``):
+    2 x the weight inside children - resolution x the squared node weight of each child."""
+    s, d, w = edges
+    parents = int(parent.max(initial=-1)) + 1
+    same = part[s] == part[d]
+    inside = np.bincount(parent[s[same]], w[same], parents)
+    children, inverse = np.unique(part, return_inverse=True)
+    totals = np.bincount(inverse, node_weights, len(children))
+    owner = np.zeros(len(children), dtype=np.int64)
+    owner[inverse] = parent
+    return np.asarray(2 * inside - resolution * np.bincount(owner, totals**2, parents))
 
 
 def _leiden(

@@ -308,6 +308,15 @@ class Settings(BaseSettings):
         default=1, ge=1, description="Leiden iterations when a community is split again."
     )
     communities_seed: int = Field(default=42, description="Leiden random seed (determinism).")
+    communities_resplit_margin: float = Field(
+        default=0.5,
+        ge=0,
+        description="A community split again at a recompute keeps its previous children "
+        "(new members join the child they are most tied to) unless the new split's quality "
+        "beats theirs by more than this share: a kept split is at least 1/(1 + margin) as good "
+        "as a fresh one. 0: take every split Leiden gives (docs/BENCHMARKS.md, \"Community "
+        "stability\").",
+    )
     communities_min_jaccard: float = Field(
         default=0.3,
         gt=0,
