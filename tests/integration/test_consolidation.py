@@ -23,7 +23,7 @@ from services.indexer.curation_apply import apply_pending
 from services.maintenance.consolidation import consolidate
 from tests.conftest import Infra
 from tests.support.cli import kgstream
-from tests.support.graph import create_database, drop_database, scalar
+from tests.support.graph import create_database, drop_database, scalar, surface_entity
 from tests.support.openai_stub import OpenAIStub, document_blocks
 from tests.support.property_corpus import T0, Env
 
@@ -52,18 +52,6 @@ EVENTS = [
 ]
 
 
-def _owner(url: str, doc_id: str, surface: str) -> str:
-    return str(
-        scalar(
-            url,
-            "SELECT e.name FROM mentions m JOIN entities e ON e.id = m.entity_id"
-            " WHERE m.doc_id = :d AND m.surface = :s",
-            d=doc_id,
-            s=surface,
-        )
-    )
-
-
 def _answers_kings(asked: list[str]) -> Any:
     """The stub's model: the same entity only for the team's nickname."""
 
@@ -88,7 +76,7 @@ async def test_adjudicated_merges_are_curations_undone_exactly_and_not_proposed_
     adjudicate = make_context_adjudicator(client, "stub-chat", attempts=1)
     try:
         await env.build(url, EVENTS)
-        assert _owner(url, "kings-b", "Kings") == "Kings"
+        assert surface_entity(url, "kings-b", "Kings") == "Kings"
         changes_before = scalar(url, "SELECT count(*) FROM graph_changes")
 
         report = await consolidate(engine, embedder, adjudicate=adjudicate)
@@ -105,15 +93,15 @@ async def test_adjudicated_merges_are_curations_undone_exactly_and_not_proposed_
         )
         async with env.deps(url) as deps:
             await apply_pending(deps)
-        assert _owner(url, "kings-b", "Kings") == "Sacramento Kings"
-        assert _owner(url, "germany", "Germany") == "Germany"
+        assert surface_entity(url, "kings-b", "Kings") == "Sacramento Kings"
+        assert surface_entity(url, "germany", "Germany") == "Germany"
         # the merge counts toward the change ratio like any event
         assert scalar(url, "SELECT count(*) FROM graph_changes") > changes_before
 
         await undo(engine, report.made[0], reason="not sure", by="test")
         async with env.deps(url) as deps:
             await apply_pending(deps)
-        assert _owner(url, "kings-b", "Kings") == "Kings"
+        assert surface_entity(url, "kings-b", "Kings") == "Kings"
         again = await consolidate(engine, embedder, adjudicate=adjudicate)
         assert {(p.short, p.long): p.decision for p in again.pairs}[
             ("Kings", "Sacramento Kings")

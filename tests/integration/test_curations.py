@@ -44,6 +44,7 @@ from tests.support.graph import (
     drop_database,
     graph_diff,
     scalar,
+    surface_entity,
     to_record,
 )
 from tests.support.property_corpus import DOC_IDS, T0, Env
@@ -84,18 +85,6 @@ BOTH = doc(
 def entity_names(url: str) -> list[str]:
     rows = scalar(url, "SELECT array_agg(name ORDER BY name) FROM entities")
     return list(rows or [])
-
-
-def surface_entity(url: str, doc_id: str, surface: str) -> str:
-    return str(
-        scalar(
-            url,
-            "SELECT e.name FROM mentions m JOIN entities e ON e.id = m.entity_id"
-            " WHERE m.doc_id = :d AND m.surface = :s",
-            d=doc_id,
-            s=surface,
-        )
-    )
 
 
 async def ingest(env: Env, url: str, events: Sequence[dict[str, Any]]) -> None:

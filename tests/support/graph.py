@@ -109,6 +109,19 @@ def scalar(url: str, sql: str, **params: Any) -> Any:
         engine.dispose()
 
 
+def surface_entity(url: str, doc_id: str, surface: str) -> str:
+    """The name of the entity a document's mention by ``surface`` resolved to."""
+    return str(
+        scalar(
+            url,
+            "SELECT e.name FROM mentions m JOIN entities e ON e.id = m.entity_id"
+            " WHERE m.doc_id = :d AND m.surface = :s",
+            d=doc_id,
+            s=surface,
+        )
+    )
+
+
 def processed_count(url: str) -> int:
     """Rows in processed_events."""
     return int(scalar(url, "SELECT count(*) FROM processed_events") or 0)
