@@ -314,8 +314,8 @@ class Settings(BaseSettings):
         description="A community split again at a recompute keeps its previous children "
         "(new members join the child they are most tied to) unless the new split's quality "
         "beats theirs by more than this share: a kept split is at least 1/(1 + margin) as good "
-        "as a fresh one. 0: take every split Leiden gives (docs/BENCHMARKS.md, \"Community "
-        "stability\").",
+        'as a fresh one. 0: take every split Leiden gives (docs/BENCHMARKS.md, "Community '
+        'stability").',
     )
     communities_min_jaccard: float = Field(
         default=0.3,
