@@ -12,9 +12,14 @@ they were given:
 Rows are never deleted: an undo stamps ``undone_at``/``undone_by``. ``applied_at`` (and
 ``undo_applied_at``) say when the documents the rule touches were resolved again under it
 (services/indexer/curation_apply.py). ``kg_meta['curation_version']`` counts rule changes: every
-write transaction that resolves entities holds it ``FOR SHARE`` and checks it against the rules
-its plan was computed with, and a rule change holds it ``FOR UPDATE`` (services/maintenance/
-curations.py), so no event commits under rules older than a committed curation.
+write transaction that resolves entities takes a shared advisory lock and checks the version
+against the rules its plan was computed with, and a rule change takes it exclusively
+(services/core/curations.py), so no event commits under rules older than a committed curation.
+
+``curation_work``: the documents the apply still has to resolve again under the rules of
+``version`` (``state`` todo, done or failed), so a run that stops goes on where it was.
+``consolidation_verdicts``: the adjudicator's answer per pair of keys, so consolidation asks
+about a pair once (services/maintenance/consolidation.py).
 
 Revision ID: 0015
 Revises: 0014
@@ -52,8 +57,24 @@ def upgrade() -> None:
     )
     op.execute("CREATE INDEX curations_active ON curations (key_a) WHERE undone_at IS NULL")
     op.execute("INSERT INTO kg_meta (key, value) VALUES ('curation_version', '0')")
+    op.execute(
+        "CREATE TABLE curation_work ("
+        " doc_id text PRIMARY KEY,"
+        " version bigint NOT NULL,"
+        " state text NOT NULL DEFAULT 'todo' CHECK (state IN ('todo', 'done', 'failed')))"
+    )
+    op.execute(
+        "CREATE TABLE consolidation_verdicts ("
+        " key_short text NOT NULL,"
+        " key_long text NOT NULL,"
+        " same boolean NOT NULL,"
+        " decided_at timestamptz NOT NULL DEFAULT now(),"
+        " PRIMARY KEY (key_short, key_long))"
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE consolidation_verdicts")
+    op.execute("DROP TABLE curation_work")
     op.execute("DELETE FROM kg_meta WHERE key = 'curation_version'")
     op.execute("DROP TABLE curations")

@@ -172,7 +172,7 @@ def curate_apply(json_out: JsonFlag = False) -> None:
         typer.echo(json.dumps(asdict(report)))
     else:
         print_report(report)
-    if report.failed:
+    if report.failed or report.deferred:
         raise typer.Exit(1)
 
 
@@ -291,6 +291,12 @@ def _progress() -> Callable[[int, int], None]:
 def print_report(report: ApplyReport) -> None:
     if report.busy:
         typer.echo("another process is applying curations now; try again when it is done")
+        return
+    if report.deferred:
+        typer.echo(
+            f"{report.documents} document(s) resolved again; {report.deferred} failed"
+            " transiently and are left for the next run: the rules stay pending (see the log)"
+        )
         return
     typer.echo(
         f"applied {report.curations} rule change(s): {report.documents} document(s) resolved"

@@ -31,6 +31,12 @@ def maintain_consolidate(
             help="Also resolve the touched documents again here (else a running indexer does).",
         ),
     ] = False,
+    reconsider: Annotated[
+        bool,
+        typer.Option(
+            "--reconsider", help="Ask the adjudicator again about pairs it has answered before."
+        ),
+    ] = False,
     out: Annotated[
         Path | None,
         typer.Option(help="Write the uncertain pairs here as review items for a person to judge."),
@@ -60,7 +66,12 @@ def maintain_consolidate(
 
     async def go(engine: AsyncEngine) -> Report:
         report = await consolidate(
-            engine, embedder, adjudicate=adjudicate, dry_run=dry_run, on_pair=show
+            engine,
+            embedder,
+            adjudicate=adjudicate,
+            dry_run=dry_run,
+            reconsider=reconsider,
+            on_pair=show,
         )
         if out is not None:
             async with engine.connect() as conn:

@@ -150,7 +150,7 @@ def review_apply(
                 reason = f"review {file.name}:{p.line}"
                 try:
                     rule, new = await create(
-                        engine, p.kind, p.name, p.other, reason=reason, by=actor()
+                        engine, p.kind, p.name, p.other, reason=reason, by=actor(), keys=p.keys
                     )
                     row["result"] = f"made #{rule.id}" if new else f"in force already (#{rule.id})"
                 except CurationError as exc:

@@ -269,24 +269,37 @@ def _cpm_split(
 
 def _repaired(old: I64, parent: I64, s: I64, d: I64, w: F64) -> I64:
     """The previous split of each parent on today's subgraph (``old``: a node's previous
-    child, -1 = none): a child is a (parent, previous child) pair; a node without one joins
-    the child it has the most edge weight to inside its parent, or stays alone."""
+    child, -1 = none): a child is a (parent, previous child) pair. A node without one joins the
+    child it has the most edge weight to inside its parent, repeatedly, so new members reach
+    through other new members; what no previous child reaches is grouped by its connections
+    (a new cluster becomes one child, not a set of singletons)."""
     known = old >= 0
     base = int(old.max(initial=-1)) + 1
     out = np.where(known, parent * (base + 1) + old, -1)
     a, b, ww = np.concatenate([s, d]), np.concatenate([d, s]), np.concatenate([w, w])
-    ties = ~known[a] & known[b]
-    if ties.any():
-        a, target, ww = a[ties], out[b[ties]], ww[ties]
-        pairs, inverse = np.unique(np.column_stack([a, target]), axis=0, return_inverse=True)
-        totals = np.bincount(inverse.ravel(), ww)
+    while True:
+        ties = (out[a] < 0) & (out[b] >= 0)
+        if not ties.any():
+            break
+        pairs, inverse = np.unique(
+            np.column_stack([a[ties], out[b[ties]]]), axis=0, return_inverse=True
+        )
+        totals = np.bincount(inverse.ravel(), ww[ties])
         best = np.lexsort((-totals, pairs[:, 0]))  # per node, heaviest tie first
         first = np.ones(len(best), dtype=bool)
         first[1:] = pairs[best[1:], 0] != pairs[best[:-1], 0]
         chosen = pairs[best[first]]
         out[chosen[:, 0]] = chosen[:, 1]
     loose = np.flatnonzero(out < 0)
-    out[loose] = int(out.max(initial=-1)) + 1 + np.arange(len(loose))
+    if len(loose):
+        inner = (out[s] < 0) & (out[d] < 0)
+        position = np.full(len(out), -1, dtype=np.int64)
+        position[loose] = np.arange(len(loose))
+        sub = ig.Graph(
+            n=len(loose), edges=np.column_stack([position[s[inner]], position[d[inner]]]).tolist()
+        )
+        component = np.asarray(sub.connected_components().membership, dtype=np.int64)
+        out[loose] = int(out.max(initial=-1)) + 1 + component
     return _compact(out)
 
 

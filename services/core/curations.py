@@ -4,11 +4,13 @@ again under them. Shared by the API and the CLI (which make rules), and the inde
 reads the rules in force at every ingest and applies new ones to the documents they touch:
 services/indexer/curation_apply.py). The rules themselves: services/core/curation_rules.py.
 
-Consistency: ``kg_meta['curation_version']`` counts rule changes. A rule change holds that row
-``FOR UPDATE`` while it checks and writes; every event transaction that resolves entities holds it
-``FOR SHARE`` (``hold_rules``) and raises StaleComputeError when its plan was computed under
-another version. So an event either commits before a rule change (and the change's apply
-resolves its document again) or is planned again under the new rules."""
+Consistency: ``kg_meta['curation_version']`` counts rule changes. A rule change takes an
+exclusive transaction-scoped advisory lock while it checks and writes; every event transaction
+that resolves entities takes it shared (``hold_rules``), reads the version, and raises
+StaleComputeError when its plan was computed under another one. So an event either commits
+before a rule change (and the change's apply resolves its document again) or is planned again
+under the new rules. Advisory locks queue fairly: a rule change waits for the event
+transactions in flight, not for every one that starts after it."""
 
 from __future__ import annotations
 
@@ -115,8 +117,10 @@ _RULES = text(
     " ORDER BY c.id"
 )
 _VERSION = text("SELECT value::bigint FROM kg_meta WHERE key = 'curation_version'")
-_HOLD = text("SELECT value::bigint FROM kg_meta WHERE key = 'curation_version' FOR SHARE")
-_LOCK = text("SELECT value::bigint FROM kg_meta WHERE key = 'curation_version' FOR UPDATE")
+# pg_advisory_xact_lock key of the rules: "kgrules" in ASCII.
+RULES_LOCK = 0x6B6772756C6573
+_HOLD = text(f"SELECT pg_advisory_xact_lock_shared({RULES_LOCK})")
+_LOCK = text(f"SELECT pg_advisory_xact_lock({RULES_LOCK})")
 _BUMP = text("UPDATE kg_meta SET value = (value::bigint + 1)::text WHERE key = 'curation_version'")
 _INSERT = text(
     "INSERT INTO curations (kind, name_a, key_a, name_b, key_b, reason, created_by)"  # noqa: S608
@@ -177,7 +181,8 @@ class RulesCache:
 async def hold_rules(conn: AsyncConnection, rules: CurationRules) -> None:
     """In an event's transaction: keep the rules from changing until commit, and check the plan
     was resolved under the rules in force (StaleComputeError otherwise: plan it again)."""
-    version = await conn.scalar(_HOLD)
+    await conn.execute(_HOLD)
+    version = await conn.scalar(_VERSION)  # a statement of its own: a snapshot after the lock
     if version is not None and int(version) != rules.version:
         raise StaleComputeError("curations changed since the event was planned; recomputing")
 
@@ -203,19 +208,24 @@ async def create(
     reason: str,
     by: str,
     against_graph: bool = True,
+    keys: tuple[str, str] | None = None,
 ) -> tuple[Curation, bool]:
     """Record a rule (``other`` is the second name, or the new name of a rename). Checked
     against the rules in force and, unless ``against_graph`` is False (rules carried into a
     database being rebuilt: ``kgstream curate import``), against the graph: the names a
     merge, split or rename needs must name entities. CurationError says why it cannot be
-    made. Returns the curation and whether it is new: a rule that says what one in force
-    says already is not made twice (the one in force is returned)."""
+    made. ``keys``: the two names' keys when the caller has them from the graph (an entity's
+    display name need not normalise to its key). Returns the curation and whether it is new: a
+    rule that says what one in force says already is not made twice (the one in force is
+    returned)."""
     if kind not in KINDS:
         raise CurationError("invalid", f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     if len(reason) > MAX_REASON:
         raise CurationError("invalid", f"reason is longer than {MAX_REASON} characters")
     name_a, key_a = _name(name, "name")
     name_b, key_b = _name(other, "new name" if kind == "rename" else "other name")
+    if keys is not None:
+        key_a, key_b = keys
     if key_a == key_b and kind != "rename":
         raise CurationError(
             "invalid",
@@ -264,6 +274,12 @@ async def _check_graph(
     if kind == "split" and await conn.scalar(_MERGED, {"a": key_a, "b": key_b}) is None:
         hint = "; `block` keeps two names apart before they meet"
         raise CurationError("not_found", f"{name_b!r} is not merged into {name_a!r}{hint}")
+    if kind == "rename" and key_a != key_b and await conn.scalar(_ENTITY, {"k": key_b}):
+        raise CurationError(
+            "conflict",
+            f"{name_b!r} names entities already: renaming {name_a!r} to it would merge them"
+            " (make it a `merge` if that is meant)",
+        )
 
 
 def _check_rules(
@@ -276,9 +292,17 @@ def _check_rules(
             raise CurationError(
                 "conflict", f"{name_b!r} already resolves as {rules.target(key_b)!r}: undo that"
             )
-        if rules.target(key_a) == key_b or _depth(rules, key_a) >= MAX_REDIRECTS - 1:
+        if rules.target(key_a) == key_b:
             raise CurationError("conflict", f"{name_a!r} resolves as {name_b!r}: a loop")
-        if rules.apart(rules.target(key_a), key_b) or rules.apart(key_a, key_b):
+        after = CurationRules(rules.version, {**rules.redirects, key_b: key_a}, rules.blocks)
+        if max(_depth(after, k) for k in after.redirects) >= MAX_REDIRECTS:
+            raise CurationError(
+                "conflict", f"a chain of {MAX_REDIRECTS} or more redirects would follow"
+            )
+        # Every name that would resolve as one entity, against every block.
+        joined = {k for k in after.redirects if after.target(k) == after.target(key_a)}
+        joined |= {after.target(key_a)}
+        if any(rules.apart(x, y) for x in joined for y in joined):
             raise CurationError("conflict", f"a block keeps {name_a!r} and {name_b!r} apart")
     elif rules.target(key_a) == rules.target(key_b):
         raise CurationError("conflict", f"a rule joins {name_a!r} and {name_b!r}: undo it first")
@@ -351,14 +375,23 @@ _PENDING = text(
     " ORDER BY id"
 )
 # The documents whose resolution a rule on these keys can change: those that mention an entity
-# of one of the keys, or name anything by one of them.
-_AFFECTED = text(
-    "SELECT m.doc_id FROM entities e JOIN mentions m ON m.entity_id = e.id"
+# of one of the keys, or name anything by one of them; added to the work not there yet.
+_ADD_WORK = text(
+    "INSERT INTO curation_work (doc_id, version)"
+    " SELECT m.doc_id, :v FROM entities e JOIN mentions m ON m.entity_id = e.id"
     " WHERE e.key = ANY(:keys)"
-    " UNION SELECT m.doc_id FROM aliases a JOIN mentions m"
+    " UNION SELECT m.doc_id, :v FROM aliases a JOIN mentions m"
     "  ON m.entity_id = a.entity_id AND m.surface = a.alias WHERE a.alias_key = ANY(:keys)"
-    " ORDER BY 1"
+    " ON CONFLICT (doc_id) DO NOTHING"
 )
+_OTHER_VERSION = text("DELETE FROM curation_work WHERE version <> :v")
+_TODO = text(
+    "SELECT doc_id FROM curation_work WHERE state = 'todo' AND version = :v"
+    " ORDER BY doc_id LIMIT :n"
+)
+_FAILED = text("SELECT doc_id FROM curation_work WHERE state = 'failed' ORDER BY doc_id")
+_SETTLE = text("UPDATE curation_work SET state = :s WHERE doc_id = :d")
+_CLEAR = text("DELETE FROM curation_work")
 _APPLIED = text(
     "UPDATE curations SET applied_at = coalesce(applied_at, now()) WHERE id = ANY(:ids)"
 )
@@ -388,17 +421,38 @@ async def pending(conn: AsyncConnection) -> Pending:
     return Pending(made, undone, sorted(keys))
 
 
-async def affected_documents(conn: AsyncConnection, keys: Sequence[str]) -> list[str]:
-    """The documents a rule on ``keys`` may resolve differently."""
+async def add_work(conn: AsyncConnection, version: int, keys: Sequence[str]) -> int:
+    """Queue the documents a rule on ``keys`` may resolve differently, for the rules of
+    ``version`` (work left from other rules is dropped: it is started again under these).
+    Returns how many were added."""
+    await conn.execute(_OTHER_VERSION, {"v": version})
     if not keys:
-        return []
-    return [str(r[0]) for r in (await conn.execute(_AFFECTED, {"keys": list(keys)})).all()]
+        return 0
+    return (await conn.execute(_ADD_WORK, {"v": version, "keys": list(keys)})).rowcount or 0
+
+
+async def todo(conn: AsyncConnection, version: int, limit: int = 500) -> list[str]:
+    """The next documents still to resolve again, in doc_id order."""
+    return [str(r[0]) for r in (await conn.execute(_TODO, {"v": version, "n": limit})).all()]
+
+
+async def failed_documents(conn: AsyncConnection) -> list[str]:
+    """Documents whose extraction failed for good during this work."""
+    return [str(r[0]) for r in (await conn.execute(_FAILED)).all()]
+
+
+async def settle(conn: AsyncConnection, doc_id: str, state: str = "done") -> None:
+    """Record a document's work as done (in the transaction that resolved it again) or
+    failed."""
+    await conn.execute(_SETTLE, {"d": doc_id, "s": state})
 
 
 async def mark_applied(engine: AsyncEngine, done: Pending) -> None:
-    """Record that ``done``'s documents were resolved again under the rules."""
+    """Record that ``done``'s documents were resolved again under the rules, and drop the
+    work."""
     async with engine.begin() as conn:
         if done.made:
             await conn.execute(_APPLIED, {"ids": list(done.made)})
         if done.undone:
             await conn.execute(_UNDO_APPLIED, {"ids": list(done.undone)})
+        await conn.execute(_CLEAR)

@@ -31,7 +31,8 @@ _CURATIONS = text(
     "SELECT count(*) FILTER (WHERE undone_at IS NULL) AS in_force,"
     " count(*) FILTER (WHERE applied_at IS NULL OR (undone_at IS NOT NULL"
     "  AND undo_applied_at IS NULL)) AS pending,"
-    " extract(epoch FROM now() - min(coalesce(undone_at, created_at)) FILTER (WHERE"
+    " extract(epoch FROM now() - min(CASE WHEN applied_at IS NULL THEN created_at"
+    "  ELSE undone_at END) FILTER (WHERE"
     "  applied_at IS NULL OR (undone_at IS NOT NULL AND undo_applied_at IS NULL)))"
     "  AS oldest_pending_s FROM curations"
 )

@@ -102,10 +102,9 @@ class WritePlan:
     decisions: Decisions = field(default_factory=dict)
     # The curations it was resolved under: the transaction checks they are still in force.
     rules: CurationRules = NO_RULES
-    # Documents whose mentions are about to be resolved again (a curation's apply), and the
-    # names its rules are about: aliases of those names that only these documents support do
-    # not count (services/indexer/curation_apply.py).
-    unsettled: frozenset[str] = frozenset()
+    # Set by a curation's apply: the names its rules are about. Aliases and entities of those
+    # names that only documents it still has to do support do not count
+    # (services/indexer/curation_apply.py).
     ruled_keys: frozenset[str] = frozenset()
 
     def holds_for(self, stored: Mapping[str, int]) -> bool:

@@ -68,6 +68,12 @@ _FIRST_CONTEXT = text(
     " WHERE m.entity_id = :e AND m.start_char >= 0 AND NOT d.deleted"
     " ORDER BY m.doc_id, m.start_char LIMIT 1"
 )
+_VERDICTS = text("SELECT key_short, key_long, same FROM consolidation_verdicts")
+_REMEMBER = text(
+    "INSERT INTO consolidation_verdicts (key_short, key_long, same) VALUES (:s, :l, :same)"
+    " ON CONFLICT (key_short, key_long) DO UPDATE SET same = EXCLUDED.same, decided_at = now()"
+)
+_FORGET = text("DELETE FROM consolidation_verdicts")
 # Pairs a person (or an earlier run) decided: a merge of them undone, in either direction.
 _UNDONE = text(
     "SELECT key_a, key_b FROM curations WHERE kind IN ('merge', 'alias') AND undone_at IS NOT NULL"
@@ -86,6 +92,8 @@ class Pair:
 
     short_id: int
     long_id: int
+    short_key: str
+    long_key: str
     short: str
     long: str
     short_group: str
@@ -115,10 +123,15 @@ def _compatible(a: str, b: str) -> bool:
 
 
 async def find(
-    conn: AsyncConnection, embedder: Embedder, adjudicate: ContextAdjudicator | None = None
+    conn: AsyncConnection,
+    embedder: Embedder,
+    adjudicate: ContextAdjudicator | None = None,
+    *,
+    remember: bool = False,
 ) -> list[Pair]:
-    """Every candidate pair with its evidence and decision (reads only; ``adjudicate`` asks
-    an LLM about the uncertain band)."""
+    """Every candidate pair with its evidence and decision (``adjudicate`` asks an LLM about
+    the band it has not answered before; ``remember`` keeps its answers, else nothing is
+    written)."""
     rules = await load_rules(conn)
     undone = {frozenset((str(a), str(b))) for a, b in (await conn.execute(_UNDONE)).all()}
     rows = [
@@ -135,20 +148,33 @@ async def find(
                     first = (await conn.execute(_FIRST_CONTEXT, {"e": entity})).first()
                     contexts[entity] = "" if first is None else f"{first.title}: {first.sentence}"
     cosines = await _cosines(embedder, seen, contexts)
+    verdicts = {(str(a), str(b)): bool(same) for a, b, same in (await conn.execute(_VERDICTS))}
+    await conn.rollback()  # no transaction held while the model answers
     out: list[Pair] = []
     for (r, shared), cos in zip(seen, cosines, strict=True):
         keys = frozenset((str(r.short_key), str(r.long_key)))
         pair = Pair(
-            int(r.short_id), int(r.long_id), str(r.short_name), str(r.long_name),
-            str(r.short_group), str(r.long_group), shared, cos, "apart",
+            int(r.short_id), int(r.long_id), str(r.short_key), str(r.long_key),
+            str(r.short_name), str(r.long_name), str(r.short_group), str(r.long_group),
+            shared, cos, "apart",
         )  # fmt: skip
+        asked = verdicts.get((pair.short_key, pair.long_key))
         if rules.apart(*keys) or keys in undone or str(r.short_key) in rules.redirects:
             pair = replace(pair, decision="ruled", note="a rule or an undone merge decided it")
+        elif shared and asked is not None:
+            pair = replace(
+                pair, decision="adjudicated" if asked else "declined", note="asked before"
+            )
         elif shared and adjudicate is not None:
             same = await adjudicate(
                 pair.short, contexts[pair.short_id], pair.long, contexts[pair.long_id],
                 pair.long_group,
             )  # fmt: skip
+            if remember:
+                await conn.execute(
+                    _REMEMBER, {"s": pair.short_key, "l": pair.long_key, "same": same}
+                )
+                await conn.commit()
             pair = replace(pair, decision="adjudicated" if same else "declined")
         elif shared:
             pair = replace(pair, decision="uncertain")
@@ -206,12 +232,18 @@ async def consolidate(
     *,
     adjudicate: ContextAdjudicator | None = None,
     dry_run: bool = False,
+    reconsider: bool = False,
     on_pair: Callable[[Pair], None] | None = None,
 ) -> Report:
     """Find the pairs, and (unless ``dry_run``) make a merge curation for each one decided:
-    pending until the indexer applies it."""
+    pending until the indexer applies it. The adjudicator's answers are kept, so a pair is
+    asked about once; ``reconsider`` forgets them first (the graph has grown, the model
+    changed)."""
+    if reconsider and not dry_run:
+        async with engine.begin() as conn:
+            await conn.execute(_FORGET)
     async with engine.connect() as conn:
-        pairs = await find(conn, embedder, adjudicate)
+        pairs = await find(conn, embedder, adjudicate, remember=not dry_run)
     made: list[int] = []
     refused: list[str] = []
     for p in pairs:
@@ -221,7 +253,10 @@ async def consolidate(
             continue
         reason = f"consolidation: an LLM read both sentences; cosine {p.cosine:.2f}"
         try:
-            rule, new = await create(engine, "merge", p.long, p.short, reason=reason, by=BY)
+            rule, new = await create(
+                engine, "merge", p.long, p.short, reason=reason, by=BY,
+                keys=(p.long_key, p.short_key),
+            )  # fmt: skip
         except CurationError as exc:
             refused.append(f"{p.short!r} -> {p.long!r}: {exc.detail}")
             continue

@@ -48,7 +48,7 @@ _MERGED = text(
     " WHERE a.alias_key <> e.key ORDER BY e.id, a.alias"
 )
 _ENTITY = text("SELECT name, type FROM entities WHERE id = :e")
-_NAME_COUNT = text("SELECT name, mention_count FROM entities WHERE id = :e")
+_NAME_COUNT = text("SELECT name, key, mention_count FROM entities WHERE id = :e")
 # An entity's first mentions (with one surface, or any), their sentences and titles.
 _CONTEXTS = text(
     "SELECT m.doc_id, m.surface, m.sentence, d.title FROM mentions m"
@@ -198,6 +198,7 @@ class Proposal:
     name: str = ""
     other: str = ""
     why: str = ""
+    keys: tuple[str, str] | None = None  # the two names' keys, from the graph
 
 
 async def proposals(
@@ -221,22 +222,25 @@ async def proposals(
         if same and a == b:
             out.append(Proposal(line, None, why="merged already"))
             continue
-        (name_a, count_a), (name_b, count_b) = await _named(conn, a), await _named(conn, b)
+        (name_a, key_a, count_a) = await _named(conn, a)
+        (name_b, key_b, count_b) = await _named(conn, b)
         if same:
-            keep, into = (name_a, name_b) if count_a >= count_b else (name_b, name_a)
-            out.append(Proposal(line, "merge", keep, into))
+            first = count_a >= count_b
+            keep, into = (name_a, name_b) if first else (name_b, name_a)
+            keys = (key_a, key_b) if first else (key_b, key_a)
+            out.append(Proposal(line, "merge", keep, into, keys=keys))
         elif a != b:
-            out.append(Proposal(line, "block", name_a, name_b))
+            out.append(Proposal(line, "block", name_a, name_b, keys=(key_a, key_b)))
         else:
             surfaces = [c["surface"] for side in ("b", "a") for c in item[side]["contexts"]]
-            alias = next((x for x in surfaces if entity_key(x) != entity_key(name_a)), None)
+            alias = next((x for x in surfaces if entity_key(x) != key_a), None)
             if alias is None:
                 out.append(Proposal(line, None, why="one name to resolution: no rule can split"))
             else:
-                out.append(Proposal(line, "split", name_a, alias))
+                out.append(Proposal(line, "split", name_a, alias, keys=(key_a, entity_key(alias))))
     return out
 
 
-async def _named(conn: AsyncConnection, entity: int) -> tuple[str, int]:
+async def _named(conn: AsyncConnection, entity: int) -> tuple[str, str, int]:
     row = (await conn.execute(_NAME_COUNT, {"e": entity})).one()
-    return str(row.name), int(row.mention_count)
+    return str(row.name), str(row.key), int(row.mention_count)

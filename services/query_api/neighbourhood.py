@@ -75,9 +75,11 @@ RELATIONSHIPS = Filtered.of(
 )
 # Weak edges (relationships.weak: a co-occurrence with one piece of evidence) left out:
 # KGSTREAM_QUERY_LOCAL_HIDE_WEAK_EDGES (docs/curation.md, "Pruning").
+# A restricted caller's weak edges are judged on the evidence it can see (the whole graph's
+# count would tell it whether documents it cannot read evidence an edge).
 STRONG_RELATIONSHIPS = Filtered.of(
     _RELATIONSHIPS_ADMIN.format(strong=" AND NOT r.weak"),
-    _RELATIONSHIPS_VISIBLE.format(strong=" AND NOT r.weak"),
+    _RELATIONSHIPS_VISIBLE.format(strong=" AND NOT (r.type = 'co_occurs' AND v.n <= 1)"),
 )
 
 

@@ -103,6 +103,7 @@ async def test_adjudicated_merges_are_curations_undone_exactly_and_not_proposed_
             await apply_pending(deps)
         assert surface_entity(url, "kings-b", "Kings") == "Kings"
         again = await consolidate(engine, embedder, adjudicate=adjudicate)
+        assert len(asked) == 2  # the answers are kept: nothing is asked twice
         assert {(p.short, p.long): p.decision for p in again.pairs}[
             ("Kings", "Sacramento Kings")
         ] == "ruled"

@@ -629,3 +629,30 @@ async def test_a_weak_edge_turns_strong_with_evidence_and_weak_again_when_it_goe
         assert strong.relations == []  # every edge of this tiny graph is a single co-occurrence
     finally:
         drop_database(url)
+
+
+async def test_rules_that_would_void_a_block_loop_or_merge_by_rename_are_refused(
+    env: Env,
+) -> None:
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, [ZEDONG, NIXON])
+        await rule(url, "alias", "Mao Zedong", "Chairman Mao")
+        await rule(url, "block", "Chairman Mao", "Mao", against_graph=False)
+        for (kind, a, b), message in [
+            # Mao would resolve as Mao Zedong, as Chairman Mao does: the block would be void
+            (("merge", "Mao Zedong", "Mao"), "a block keeps"),
+            # renaming onto a name other entities have would merge them
+            (("rename", "Mao Zedong", "Richard Nixon"), "names entities already"),
+        ]:
+            with pytest.raises(CurationError) as err:
+                await rule(url, kind, a, b)
+            assert err.value.code == "conflict"
+            assert message in err.value.detail
+        for i in range(1, 8):  # a chain k1 -> k0, k2 -> k1, ... of 7 redirects is allowed
+            await rule(url, "alias", f"Name{i - 1}", f"Name{i}", against_graph=False)
+        with pytest.raises(CurationError) as err:
+            await rule(url, "alias", "Name7", "Name8", against_graph=False)
+        assert "a chain of 8 or more redirects" in err.value.detail
+    finally:
+        drop_database(url)

@@ -19,18 +19,25 @@ _BY_KEY = (
     "SELECT q.key, e.id, e.key AS entity_key, e.type_group, e.mention_count"
     " FROM unnest(CAST(:keys AS text[])) AS q(key) CROSS JOIN LATERAL ("
     "  SELECT e.id, e.key, e.type_group, e.mention_count FROM entities e WHERE e.key = q.key"
+    "{settled_entity}"
     "  UNION SELECT e.id, e.key, e.type_group, e.mention_count FROM aliases a"
-    "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key{settled}) e"
+    "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key{settled_alias}) e"
 )
-_EXISTING = text(_BY_KEY.format(settled=""))
-# While curations are applied: an alias of a name the rules are about counts only while a
-# document outside the ones still to be resolved again names the entity by it
-# (services/indexer/curation_apply.py).
+_EXISTING = text(_BY_KEY.format(settled_entity="", settled_alias=""))
+# While curations are applied: an entity or alias of a name the rules are about counts only
+# while a document the apply is not still to do names it (services/indexer/curation_apply.py).
+_SUPPORTED = (
+    " EXISTS (SELECT 1 FROM mentions m WHERE m.entity_id = e.id{surface} AND NOT EXISTS"
+    " (SELECT 1 FROM curation_work w WHERE w.doc_id = m.doc_id AND w.state <> 'done'))"
+)
 _EXISTING_SETTLED = text(
     _BY_KEY.format(
-        settled=" AND (a.alias_key <> ALL(CAST(:ruled AS text[])) OR EXISTS (SELECT 1"
-        " FROM mentions m WHERE m.entity_id = a.entity_id AND m.surface = a.alias"
-        " AND m.doc_id <> ALL(CAST(:unsettled AS text[]))))"
+        settled_entity=" AND (e.key <> ALL(CAST(:ruled AS text[])) OR"
+        + _SUPPORTED.format(surface="")
+        + ")",
+        settled_alias=" AND (a.alias_key <> ALL(CAST(:ruled AS text[])) OR"
+        + _SUPPORTED.format(surface=" AND m.surface = a.alias")
+        + ")",
     )
 )
 _INSERT = text(
@@ -123,14 +130,9 @@ async def _exact(
     if not keys:
         return narrow
     by_key: dict[str, list[ExactMatch]] = {}
-    if plan.unsettled:
+    if plan.ruled_keys:
         found = await conn.execute(
-            _EXISTING_SETTLED,
-            {
-                "keys": list(keys),
-                "unsettled": sorted(plan.unsettled),
-                "ruled": sorted(plan.ruled_keys),
-            },
+            _EXISTING_SETTLED, {"keys": list(keys), "ruled": sorted(plan.ruled_keys)}
         )
     else:
         found = await conn.execute(_EXISTING, {"keys": list(keys)})

@@ -5,7 +5,7 @@ is the order of graph_store/locks.py's rules."""
 from __future__ import annotations
 
 from services.core.contracts import DocumentEvent
-from services.core.curations import hold_rules
+from services.core.curations import hold_rules, settle
 from services.core.errors import StaleComputeError
 from services.indexer.deps import IndexerDeps, Outcome
 from services.indexer.documents import (
@@ -119,12 +119,14 @@ async def write_reresolve(deps: IndexerDeps, plan: WritePlan) -> bool:
     """Resolve a stored document again under the curations in force (services/indexer/
     curation_apply.py): its chunks stay, their mentions and relationship evidence are written
     again from ``plan`` (every chunk ``new``, by diff hash) exactly as an ingest of the document
-    would write them, and the shared rows are rebuilt. False when the document is gone;
-    StaleComputeError when it or the rules moved since the plan was made."""
+    would write them, and the shared rows are rebuilt; its apply work is marked done in the same
+    transaction. False when the document is gone; StaleComputeError when it or the rules moved
+    since the plan was made."""
     doc_id = plan.event.doc_id
     async with deps.engine.begin() as conn:
         stored = await stored_doc(conn, doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
         if stored is None or stored.deleted:
+            await settle(conn, doc_id)
             return False
         current = await existing_chunk_hashes(conn, doc_id)
         if stored.content_hash != plan.doc_hash or set(current) != {c.diff_hash for c in plan.new}:
@@ -145,6 +147,8 @@ async def write_reresolve(deps: IndexerDeps, plan: WritePlan) -> bool:
             chunk_ids=chunk_ids,
             changes=changes,
         )
+        await record_token_usage(conn, doc_id, plan.tokens)
         await rebuild(conn, ents, rels, changes, removed_evidence=True)
         await log_changes(conn, changes, doc_id, plan.event.event_id)
+        await settle(conn, doc_id)
     return True
