@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -15,6 +15,19 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 T = TypeVar("T")
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def group(help_text: str, **options: object) -> typer.Typer:
+    """A command group as every `kgstream` group is made: help when called bare, and help text
+    read as Markdown, so a docstring's paragraphs wrap at the terminal's width instead of at its
+    source lines."""
+    return typer.Typer(
+        no_args_is_help=True,
+        rich_markup_mode="markdown",
+        help=help_text,
+        **options,  # type: ignore[arg-type]
+    )
 
 
 def settings(process: str = "cli") -> Settings:

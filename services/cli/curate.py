@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from services.cli.common import fail, settings, with_engine
+from services.cli.common import fail, group, settings, with_engine
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,9 +22,8 @@ if TYPE_CHECKING:
     from services.core.curations import Curation
     from services.indexer.curation_apply import ApplyReport
 
-curate_app = typer.Typer(
-    no_args_is_help=True,
-    help="Corrections to entity resolution (merge, alias, block, split, rename), kept as rules.",
+curate_app = group(
+    "Corrections to entity resolution (merge, alias, block, split, rename), kept as rules."
 )
 
 Reason = Annotated[str, typer.Option(help="Why (kept with the rule).")]

@@ -14,77 +14,27 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from services.cli.common import JsonFlag, group
 from services.cli.common import fail as _fail
 from services.cli.common import settings as _settings
-from services.cli.common import with_engine as _with_engine
 from services.cli.curate import curate_app
+from services.cli.dlq import dlq_app
+from services.cli.infra import db_app, infra_app
+from services.cli.keys import keys_app
 from services.cli.maintain import maintain_app
 from services.cli.review import review_app
 from services.core.settings import Settings
 
 T = TypeVar("T")
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-infra_app = typer.Typer(no_args_is_help=True, help="Embedded PostgreSQL and Kafka broker.")
-db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+app = group(__doc__ or "", add_completion=False)
 app.add_typer(infra_app, name="infra")
 app.add_typer(db_app, name="db")
-dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list and replay.")
 app.add_typer(dlq_app, name="dlq")
-keys_app = typer.Typer(no_args_is_help=True, help="API keys of the query API.")
 app.add_typer(keys_app, name="keys")
 app.add_typer(review_app, name="review")
 app.add_typer(curate_app, name="curate")
 app.add_typer(maintain_app, name="maintain")
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-
-
-@infra_app.command("up")
-def infra_up_cmd(json_out: JsonFlag = False) -> None:
-    """Start the embedded PostgreSQL and broker (only what is not configured)."""
-    from services.core.infra.manager import infra_up
-
-    state = infra_up(_settings())
-    _print_state(state.to_dict(), json_out)
-
-
-@infra_app.command("down")
-def infra_down_cmd(
-    purge: Annotated[
-        bool, typer.Option("--purge", help="Also delete the embedded database's data.")
-    ] = False,
-) -> None:
-    """Stop what `infra up` started (data is kept unless --purge)."""
-    from services.core.infra.manager import infra_down
-    from services.core.infra.postgres import EmbeddedPostgres
-
-    settings = _settings()
-    infra_down(settings)
-    if purge and settings.database_url is None:
-        EmbeddedPostgres.from_settings(settings).purge()
-        typer.echo("stopped; embedded database data deleted")
-        return
-    typer.echo("stopped")
-
-
-@infra_app.command("status")
-def infra_status_cmd(json_out: JsonFlag = False) -> None:
-    """What runs where."""
-    from services.core.infra.manager import infra_status
-
-    _print_state(infra_status(_settings()).to_dict(), json_out)
-
-
-@db_app.command("upgrade")
-def db_upgrade(revision: str = "head") -> None:
-    """Apply the migrations (and record the embedding width)."""
-    from services.core.db import migrations
-    from services.core.infra.manager import resolve_endpoints
-
-    settings = _settings()
-    migrations.upgrade(resolve_endpoints(settings).database_url, settings.embedding_dim, revision)
-    typer.echo(f"database at {revision}")
 
 
 @app.command()
@@ -94,6 +44,7 @@ def publish(
     json_out: JsonFlag = False,
 ) -> None:
     """Validate a JSONL file of document events and publish the valid ones keyed by doc_id.
+
     Invalid lines are reported by number and not sent; the exit code is 1 if any was."""
     from kafka.errors import KafkaError
     from tqdm import tqdm
@@ -327,7 +278,9 @@ def eval_cmd(
     ] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Retrieval and answer quality: ingest the events into a fresh embedded PostgreSQL (in a
+    """Retrieval and answer quality, per mode, question type and hop count.
+
+    Ingest the events into a fresh embedded PostgreSQL (in a
     temporary home, removed afterwards, or kept with --keep) in-process through the indexer's
     handler — no broker is needed — then ask every question in every mode. Reports recall@2,
     @5 and @k, all-gold@k, MRR and the last gold document's mean rank by doc_id; answer exact
@@ -470,131 +423,6 @@ def demo(
     from services.cli.demo import run_demo
 
     sys.exit(run_demo(_settings(), events, questions, timeout))
-
-
-@dlq_app.command("list")
-def dlq_list(
-    json_out: JsonFlag = False,
-    include_replayed: Annotated[bool, typer.Option("--all", help="Include replayed.")] = False,
-    limit: Annotated[int, typer.Option(min=1)] = 100,
-) -> None:
-    """Dead letters, newest first, with their reasons."""
-    from services.core.db.engine import DbTimeouts, make_engine
-    from services.core.dead_letters import list_dead_letters
-    from services.core.infra.manager import resolve_endpoints
-
-    settings = _settings()
-    engine = make_engine(
-        resolve_endpoints(settings).database_url, timeouts=DbTimeouts.from_settings(settings)
-    )
-
-    async def go() -> list[Any]:
-        try:
-            return await list_dead_letters(engine, include_replayed=include_replayed, limit=limit)
-        finally:
-            await engine.dispose()
-
-    letters = asyncio.run(go())
-    if json_out:
-        typer.echo(json.dumps([d.to_dict() for d in letters], indent=2))
-        return
-    for d in letters:
-        where = f"{d.topic}/{d.partition}@{d.offset}"
-        typer.echo(f"#{d.id} {d.created_at:%Y-%m-%d %H:%M:%S} {where} {d.reason}: {d.detail[:160]}")
-    typer.echo(f"{len(letters)} dead letter(s)")
-
-
-@dlq_app.command("replay")
-def dlq_replay(
-    ids: Annotated[list[int] | None, typer.Option("--id", help="Only these ids.")] = None,
-    topic: Annotated[str | None, typer.Option(help="Target (default: documents topic).")] = None,
-) -> None:
-    """Publish dead letters' raw payloads again (after fixing their cause), oldest first; each
-    is marked replayed once the broker has acknowledged it. Exit code 1 when any was refused."""
-    from services.cli.dlq_replay import replay
-    from services.core.db.engine import DbTimeouts, make_engine
-    from services.core.infra.manager import resolve_endpoints
-
-    settings = _settings()
-    endpoints = resolve_endpoints(settings)
-    engine = make_engine(endpoints.database_url, timeouts=DbTimeouts.from_settings(settings))
-
-    async def go() -> int:
-        try:
-            target = topic or settings.documents_topic
-            return await replay(
-                engine, settings, endpoints.kafka_bootstrap_servers, ids or [], target
-            )
-        finally:
-            await engine.dispose()
-
-    sys.exit(asyncio.run(go()))
-
-
-@keys_app.command("create")
-def keys_create(
-    scopes: Annotated[str, typer.Option(help="Comma-separated: query, ingest, admin.")],
-    tenant: Annotated[str | None, typer.Option(help="Tenant the key's caller belongs to.")] = None,
-    groups: Annotated[str, typer.Option(help="Comma-separated ACL groups of the caller.")] = "",
-    name: Annotated[str, typer.Option(help="A label for operators.")] = "",
-) -> None:
-    """Create a key. Its plaintext is printed once, alone on the last line of stdout."""
-    from services.core.api_keys import ApiKeyError, create_key, parse_scopes
-
-    try:
-        chosen = parse_scopes(scopes)
-    except ApiKeyError as exc:
-        raise _fail(str(exc), 2) from exc
-    key, plaintext = _with_engine(
-        lambda engine: create_key(
-            engine, chosen, tenant=tenant, groups=groups.split(","), name=name
-        )
-    )
-    typer.echo(
-        f"created API key {key.id} (lookup id {key.lookup_id}) scopes={','.join(key.scopes)}"
-        f" tenant={key.tenant or '-'} groups={','.join(key.groups) or '-'}"
-    )
-    typer.echo("store it now: it is not shown again")
-    typer.echo(plaintext)
-
-
-@keys_app.command("list")
-def keys_list(json_out: JsonFlag = False) -> None:
-    """Every key with its scopes, tenant, groups and state (never the secret)."""
-    from services.core.api_keys import list_keys
-
-    keys = _with_engine(list_keys)
-    if json_out:
-        typer.echo(json.dumps([k.to_dict() for k in keys], indent=2))
-        return
-    for k in keys:
-        state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
-        used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
-        typer.echo(
-            f"#{k.id} {k.lookup_id} {k.name or '-'} scopes={','.join(k.scopes)}"
-            f" tenant={k.tenant or '-'} groups={','.join(k.groups) or '-'} {state} used={used}"
-        )
-    typer.echo(f"{len(keys)} key(s)")
-
-
-@keys_app.command("revoke")
-def keys_revoke(key_id: Annotated[int, typer.Argument(help="The key's id (`keys list`).")]) -> None:
-    """Revoke a key; API processes stop accepting it within KGSTREAM_AUTH_CACHE_TTL_S."""
-    from services.core.api_keys import ApiKeyError, revoke_key
-
-    try:
-        key = _with_engine(lambda engine: revoke_key(engine, key_id))
-    except ApiKeyError as exc:
-        raise _fail(str(exc)) from exc
-    typer.echo(f"revoked API key {key.id} ({key.lookup_id}) at {key.revoked_at:%Y-%m-%d %H:%M:%S}")
-
-
-def _print_state(state: dict[str, Any], json_out: bool) -> None:
-    if json_out:
-        typer.echo(json.dumps(state, indent=2))
-        return
-    for key, value in state.items():
-        typer.echo(f"{key}: {value}")
 
 
 def main() -> None:

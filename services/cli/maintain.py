@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from services.cli.common import settings, with_engine
+from services.cli.common import group, settings, with_engine
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from services.maintenance.consolidation import Pair, Report
 
-maintain_app = typer.Typer(no_args_is_help=True, help="The graph's upkeep: consolidation.")
+maintain_app = group("The graph's upkeep: consolidation.")
 
 
 @maintain_app.command("consolidate")

@@ -9,11 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from services.cli.common import fail, with_engine
+from services.cli.common import fail, group, with_engine
 
-review_app = typer.Typer(
-    no_args_is_help=True, help="Entity links for a person to judge, and the figures they give."
-)
+review_app = group("Entity links for a person to judge, and the figures they give.")
 
 
 @review_app.command("sample")
