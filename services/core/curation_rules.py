@@ -33,11 +33,16 @@ class CurationRules:
 
     def target(self, key: str) -> str:
         """The key ``key`` resolves as, after every redirect."""
-        seen = 0
-        while key in self.redirects and seen < MAX_REDIRECTS:
+        return self.chain(key)[0]
+
+    def chain(self, key: str) -> tuple[str, int]:
+        """The key ``key`` resolves as, and the redirects followed to it (at most
+        MAX_REDIRECTS)."""
+        steps = 0
+        while key in self.redirects and steps < MAX_REDIRECTS:
             key = self.redirects[key]
-            seen += 1
-        return key
+            steps += 1
+        return key, steps
 
     def apart(self, a: str, b: str) -> bool:
         """A block rule keeps these two keys from one entity."""

@@ -172,18 +172,22 @@ class RulesCache:
 
     async def current(self, conn: AsyncConnection) -> CurationRules:
         """The rules as of now."""
-        version = await conn.scalar(_VERSION)
-        if version is None or int(version) != self._rules.version:
+        if await rules_version(conn) != self._rules.version:
             self._rules = await load_rules(conn)
         return self._rules
+
+
+async def rules_version(conn: AsyncConnection) -> int:
+    """``kg_meta['curation_version']``: how many rule changes there have been."""
+    return int(await conn.scalar(_VERSION) or 0)
 
 
 async def hold_rules(conn: AsyncConnection, rules: CurationRules) -> None:
     """In an event's transaction: keep the rules from changing until commit, and check the plan
     was resolved under the rules in force (StaleComputeError otherwise: plan it again)."""
     await conn.execute(_HOLD)
-    version = await conn.scalar(_VERSION)  # a statement of its own: a snapshot after the lock
-    if version is not None and int(version) != rules.version:
+    # A statement of its own: a snapshot taken after the lock.
+    if await rules_version(conn) != rules.version:
         raise StaleComputeError("curations changed since the event was planned; recomputing")
 
 
@@ -295,7 +299,7 @@ def _check_rules(
         if rules.target(key_a) == key_b:
             raise CurationError("conflict", f"{name_a!r} resolves as {name_b!r}: a loop")
         after = CurationRules(rules.version, {**rules.redirects, key_b: key_a}, rules.blocks)
-        if max(_depth(after, k) for k in after.redirects) >= MAX_REDIRECTS:
+        if max(after.chain(k)[1] for k in after.redirects) >= MAX_REDIRECTS:
             raise CurationError(
                 "conflict", f"a chain of {MAX_REDIRECTS} or more redirects would follow"
             )
@@ -306,14 +310,6 @@ def _check_rules(
             raise CurationError("conflict", f"a block keeps {name_a!r} and {name_b!r} apart")
     elif rules.target(key_a) == rules.target(key_b):
         raise CurationError("conflict", f"a rule joins {name_a!r} and {name_b!r}: undo it first")
-
-
-def _depth(rules: CurationRules, key: str) -> int:
-    depth = 0
-    while key in rules.redirects and depth < MAX_REDIRECTS:
-        key = rules.redirects[key]
-        depth += 1
-    return depth
 
 
 async def undo(

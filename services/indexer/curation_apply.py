@@ -34,6 +34,7 @@ from services.core.curations import (
     failed_documents,
     mark_applied,
     pending,
+    rules_version,
     settle,
     todo,
 )
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 APPLIER_LOCK = 0x6B6763757261
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:k)")
 _UNLOCK = text("SELECT pg_advisory_unlock(:k)")
-_VERSION = text("SELECT value::bigint FROM kg_meta WHERE key = 'curation_version'")
 _DOCUMENT = text("SELECT title, content_hash, deleted FROM documents WHERE doc_id = :d")
 _CHUNKS = text(
     "SELECT content_hash, ord, text, start_char, end_char, token_count FROM chunks"
@@ -105,7 +105,7 @@ async def _apply(
     if not rules.made and not rules.undone:
         await conn.commit()
         return ApplyReport(0, 0, 0, [])
-    version = int(await conn.scalar(_VERSION) or 0)
+    version = await rules_version(conn)
     await add_work(conn, version, rules.keys)
     await conn.commit()
     ruled = frozenset(rules.keys)
