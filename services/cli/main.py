@@ -22,6 +22,7 @@ from services.cli.dlq import dlq_app
 from services.cli.infra import db_app, infra_app
 from services.cli.keys import keys_app
 from services.cli.maintain import maintain_app
+from services.cli.mcp_stdio import mcp
 from services.cli.review import review_app
 from services.core.settings import Settings
 
@@ -35,6 +36,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(review_app, name="review")
 app.add_typer(curate_app, name="curate")
 app.add_typer(maintain_app, name="maintain")
+app.command("mcp")(mcp)
 
 
 @app.command()

@@ -21,12 +21,13 @@ from services.core.settings import Settings
 from services.core.telemetry.models import PrometheusModelMeter
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import url_host
-from services.query_api import auth, curation_routes, dashboard, problems
+from services.query_api import auth, curation_routes, dashboard, mcp_server, problems
 from services.query_api.heartbeat import Heartbeat
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
 from services.query_api.metrics import HttpMetrics, refresh_snapshot
 from services.query_api.monitoring import FeedbackLedger
+from services.query_api.operations import Operations
 from services.query_api.probe_server import ProbeServer
 from services.query_api.readiness import Readiness
 from services.query_api.replicas import ReadRouter, measuring
@@ -88,7 +89,11 @@ def create_app(
                 probes = ProbeServer(readiness, heartbeat, settings.api_host, port)
                 log.info("probes also on %s", await asyncio.to_thread(probes.start))
             # the replicas' lag is measured while serving (none is read before its first check)
-            async with dashboard.sampling(app), measuring(svc.reads):
+            async with (
+                dashboard.sampling(app),
+                measuring(svc.reads),
+                mcp_server.running(app.state.mcp),
+            ):
                 yield
         finally:
             ticking.cancel()
@@ -114,6 +119,7 @@ def create_app(
     app.state.service = svc
     app.state.feedback = FeedbackLedger()  # answers whose verdict this process counted
     app.state.publisher = publisher
+    app.state.operations = Operations(svc, publisher, settings)
     app.state.readiness = readiness
     app.state.settings = settings
     problems.install(app)
@@ -121,6 +127,23 @@ def create_app(
     app.include_router(router)
     app.include_router(curation_routes.router)
     dashboard.install(app, settings, svc.engine, publisher.bootstrap)
+    app.state.mcp = mcp_server.install(app, app.state.operations, settings)
+    _guard(app, settings)
+
+    @app.get("/metrics", tags=["operations"])
+    async def metrics() -> PlainTextResponse:
+        try:
+            await refresh_snapshot(svc.engine)
+        except Exception as exc:  # noqa: BLE001 - the other figures are still worth serving
+            log.info("could not read the published snapshot: %s: %s", type(exc).__name__, exc)
+        return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _guard(app: FastAPI, settings: Settings) -> None:
+    """Admission control, body limits and HTTP metrics around every route (after
+    ``auth.install``: admission authenticates)."""
     # Added last = outermost: the body checks run before anything else reads the request.
     app.add_middleware(
         Admission,
@@ -133,13 +156,3 @@ def create_app(
     )
     app.add_middleware(BodyLimits, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(HttpMetrics, router=app.router)  # outermost: counts refusals too
-
-    @app.get("/metrics", tags=["operations"])
-    async def metrics() -> PlainTextResponse:
-        try:
-            await refresh_snapshot(svc.engine)
-        except Exception as exc:  # noqa: BLE001 - the other figures are still worth serving
-            log.info("could not read the published snapshot: %s: %s", type(exc).__name__, exc)
-        return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
-
-    return app

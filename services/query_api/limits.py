@@ -245,9 +245,8 @@ class Admission:
         return bounded
 
 
-def limited_query(req: QueryRequest, request: Request) -> QueryRequest:
-    """The query request, within the bounds the settings set (422 otherwise)."""
-    settings: Settings = request.app.state.settings
+def within_limits(req: QueryRequest, settings: Settings) -> QueryRequest:
+    """The query request, within the bounds the settings set (a 422 Problem otherwise)."""
     errors = []
     if len(req.question) > settings.query_max_question_chars:
         limit = settings.query_max_question_chars
@@ -261,6 +260,12 @@ def limited_query(req: QueryRequest, request: Request) -> QueryRequest:
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         raise Problem(422, "Invalid request", detail, errors=errors)
     return req
+
+
+def limited_query(req: QueryRequest, request: Request) -> QueryRequest:
+    """``within_limits`` as a FastAPI dependency: a body beyond the bounds is refused before
+    the route runs."""
+    return within_limits(req, request.app.state.settings)
 
 
 LimitedQuery = Annotated[QueryRequest, Depends(limited_query)]

@@ -3,39 +3,23 @@ snapshot; HTTP status codes and problem documents live here and in problems.py o
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.core.access import Caller
-from services.core.status import database_status
 from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
-from services.query_api.entities import entity_detail, search_entities
-from services.query_api.global_mode import list_communities
-from services.query_api.ingest import (
-    NOT_HELD,
-    DocumentPublisher,
-    bind_tenant,
-    delete_event,
-    stored_documents,
-    tenant_bound,
-    validate_batch,
-    writable_by,
-)
+from services.query_api.documents import DocumentRead
 from services.query_api.limits import LimitedQuery
 from services.query_api.metrics import observe_failed_query, observe_feedback, observe_query
 from services.query_api.monitoring import FeedbackLedger, parse_query_id
-from services.query_api.paths import find_routes
+from services.query_api.operations import Operations
 from services.query_api.problems import Problem
 from services.query_api.readiness import Readiness
 from services.query_api.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
     EntityDetail,
-    EntitySummary,
     FeedbackRequest,
     FeedbackResponse,
     IngestAccepted,
@@ -44,32 +28,24 @@ from services.query_api.schemas import (
     PathsResponse,
     QueryResponse,
 )
-from services.query_api.service import QueryService
 
 router = APIRouter()
 
 
-def get_service(request: Request) -> QueryService:
-    """The process's QueryService (built by create_app)."""
-    service: QueryService = request.app.state.service
-    return service
+def get_operations(request: Request) -> Operations:
+    """The process's operations (built by create_app)."""
+    ops: Operations = request.app.state.operations
+    return ops
 
 
-def get_publisher(request: Request) -> DocumentPublisher:
-    """The process's document publisher (built by create_app)."""
-    publisher: DocumentPublisher = request.app.state.publisher
-    return publisher
-
-
-ServiceDep = Annotated[QueryService, Depends(get_service)]
-PublisherDep = Annotated[DocumentPublisher, Depends(get_publisher)]
+OpsDep = Annotated[Operations, Depends(get_operations)]
 
 
 @router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
-async def query(req: LimitedQuery, svc: ServiceDep, caller: CallerDep) -> QueryResponse:
+async def query(req: LimitedQuery, ops: OpsDep, caller: CallerDep) -> QueryResponse:
     """Answer a question: auto | vector | local | global | path."""
     try:
-        resp = await svc.query(req, caller)
+        resp = await ops.query(req, caller)
     except Problem as exc:
         observe_failed_query(req.mode, exc.status)
         raise
@@ -97,7 +73,7 @@ async def feedback(body: FeedbackRequest, request: Request) -> FeedbackResponse:
 
 @router.get("/v1/entities", tags=["graph"], dependencies=[QUERY])
 async def entities(
-    svc: ServiceDep,
+    ops: OpsDep,
     caller: CallerDep,
     name: Annotated[
         str, NoNul, Query(min_length=1, max_length=200, description="Name to look up.")
@@ -105,32 +81,26 @@ async def entities(
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
 ) -> dict[str, Any]:
     """Entities whose name or alias matches, best first."""
-    async with svc.read_as(caller) as (conn, snapshot_id, reader):
-        found = await search_entities(conn, name, limit, caller=reader)
-    return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
+    return await ops.entities(name, limit, caller)
 
 
 @router.get(
     "/v1/entities/{entity_id}", response_model=EntityDetail, tags=["graph"], dependencies=[QUERY]
 )
 async def entity(
-    svc: ServiceDep,
+    ops: OpsDep,
     caller: CallerDep,
     entity_id: Annotated[int, Path(ge=1)],
     neighbours: Annotated[int, Query(ge=0, le=200)] = 25,
 ) -> EntityDetail:
     """One entity with its strongest relationships and their best evidence."""
-    async with svc.read_as(caller) as (conn, _, reader):
-        found = await entity_detail(conn, entity_id, neighbours, caller=reader)
-    if found is None:
-        raise Problem(404, "Entity not found", f"no entity has id {entity_id}")
-    return found
+    return await ops.entity(entity_id, neighbours, caller)
 
 
 @router.get("/v1/paths", response_model=PathsResponse, tags=["graph"], dependencies=[QUERY])
 async def paths(
     *,
-    svc: ServiceDep,
+    ops: OpsDep,
     caller: CallerDep,
     source: Annotated[str, NoNul, Query(alias="from", min_length=1, max_length=200)],
     target: Annotated[str, NoNul, Query(alias="to", min_length=1, max_length=200)],
@@ -138,44 +108,37 @@ async def paths(
     max_hops: Annotated[int, Query(ge=1, le=MAX_HOPS)] = MAX_HOPS,
 ) -> PathsResponse:
     """k shortest paths (≤ max_hops) between two entities given by id or name."""
-    async with svc.read_as(caller) as (conn, snapshot_id, reader):
-        ends = [
-            await _resolve(conn, source, "from", reader),
-            await _resolve(conn, target, "to", reader),
-        ]
-        routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops, caller=reader)
-    return PathsResponse(source=ends[0], target=ends[1], snapshot_id=snapshot_id, paths=routes)
-
-
-async def _resolve(conn: AsyncConnection, ref: str, param: str, caller: Caller) -> EntitySummary:
-    if ref.isdigit():
-        found = await entity_detail(conn, int(ref), 0, caller=caller)
-        if found is not None:
-            return EntitySummary(**found.model_dump(include=set(EntitySummary.model_fields)))
-    matches = await search_entities(conn, ref, 1, caller=caller)
-    if not matches:
-        raise Problem(404, "Entity not found", f"{param}={ref!r} matches no entity")
-    return matches[0]
+    return await ops.paths(source, target, k, max_hops, caller)
 
 
 @router.get(
     "/v1/communities", response_model=CommunitiesResponse, tags=["graph"], dependencies=[QUERY]
 )
 async def communities(
-    svc: ServiceDep,
+    ops: OpsDep,
     caller: CallerDep,
     level: Annotated[int | None, Query(ge=0, le=16)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> CommunitiesResponse:
     """Communities of the published snapshot (one level, or all) the caller may read, best
     rated first."""
-    async with svc.read_as(caller) as (conn, snapshot_id, reader):
-        found = []
-        if snapshot_id is not None:
-            found = await list_communities(
-                conn, snapshot_id, level, limit, caller=reader, erasures=svc.withheld
-            )
-    return CommunitiesResponse(snapshot_id=snapshot_id, level=level, communities=found)
+    return await ops.communities(level, limit, caller)
+
+
+@router.get(
+    "/v1/documents/{doc_id:path}",
+    response_model=DocumentRead,
+    tags=["graph"],
+    dependencies=[QUERY],
+)
+async def get_document(
+    ops: OpsDep,
+    caller: CallerDep,
+    doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)],
+) -> DocumentRead:
+    """A live document the caller can see, with its text as indexed (rebuilt from its stored
+    chunks); 404 otherwise, which does not say whether the id exists."""
+    return await ops.document(doc_id, caller)
 
 
 @router.post(
@@ -186,29 +149,13 @@ async def communities(
     dependencies=[INGEST],
 )
 async def post_documents(
-    request: Request,
-    publisher: PublisherDep,
-    svc: ServiceDep,
+    ops: OpsDep,
     caller: CallerDep,
     body: Annotated[Any, Body(description="One document event v1, or a list of them.")],
 ) -> IngestAccepted:
     """Validate document events and publish them to the documents topic (all or none). A
     non-admin key writes only into its own tenant: events without a tenant get the key's."""
-    settings = request.app.state.settings
-    events, problems = validate_batch(body, settings.max_document_bytes, settings.ingest_max_events)
-    if problems:
-        detail = f"{len(problems)} invalid event(s); nothing was published"
-        raise Problem(422, "Invalid document events", detail, errors=problems)
-    if tenant_bound(caller):
-        async with svc.engine.connect() as conn:
-            rows = await stored_documents(conn, [str(e["doc_id"]) for e in events])
-        problems = bind_tenant(events, caller.tenant, rows)
-        if problems:
-            detail = f"{len(problems)} event(s) outside this key's tenant; nothing was published"
-            raise Problem(403, "Forbidden", detail, errors=problems)
-    await asyncio.to_thread(publisher.send, events)
-    ids = [str(e["event_id"]) for e in events]
-    return IngestAccepted(accepted=len(ids), event_ids=ids, topic=publisher.topic)
+    return await ops.ingest(body, caller)
 
 
 @router.delete(
@@ -219,46 +166,23 @@ async def post_documents(
     dependencies=[INGEST],
 )
 async def delete_document(
-    request: Request,
-    publisher: PublisherDep,
-    svc: ServiceDep,
+    ops: OpsDep,
     caller: CallerDep,
     doc_id: Annotated[str, NoControl, Path(min_length=1, max_length=512)],
 ) -> IngestAccepted:
-    """Publish "this document is gone as of now" (``delete_event``): it applies over
-    everything published before it. A non-admin key may not delete an id stored under another
-    tenant (``writable_by``): 404, which does not say whether the id exists. An id nobody
-    stored gets a tombstone with the key's tenant."""
-    async with svc.engine.connect() as conn:
-        stored = (await stored_documents(conn, [doc_id])).get(doc_id)
-    bound = tenant_bound(caller)
-    if bound and not writable_by(stored, caller.tenant):
-        raise Problem(404, "Document not found", NOT_HELD)
-    event = delete_event(
-        doc_id,
-        stored=stored,
-        tenant=caller.tenant if bound else None,
-        max_skew_s=request.app.state.settings.max_clock_skew_s,
-    )
-    await asyncio.to_thread(publisher.send, [event])
-    return IngestAccepted(accepted=1, event_ids=[event["event_id"]], topic=publisher.topic)
+    """Publish "this document is gone as of now": it applies over everything published
+    before it. A non-admin key may not delete an id stored under another tenant: 404, which
+    does not say whether the id exists. An id nobody stored gets a tombstone with the key's
+    tenant."""
+    return await ops.delete(doc_id, caller)
 
 
 @router.get("/v1/status", tags=["operations"], dependencies=[ADMIN])
-async def status(request: Request, svc: ServiceDep) -> dict[str, Any]:
+async def status(ops: OpsDep) -> dict[str, Any]:
     """Row counts, the published snapshot, the indexer's progress, lag and stalls, and recent
     activity: throughput, freshness, dead letters by reason, change ratio against the
     threshold, snapshot history, token use; each read replica's replay lag."""
-    settings = request.app.state.settings
-    doc = await database_status(
-        svc.engine,
-        bootstrap=get_publisher(request).bootstrap,
-        stall_after_s=settings.indexer_stall_after_s,
-        recompute_threshold=settings.recompute_threshold,
-        freshness_window_s=settings.status_freshness_window_s,
-    )
-    doc["replicas"] = svc.reads.report() if svc.reads is not None else []  # their last check
-    return doc
+    return await ops.status()
 
 
 @router.get("/healthz", tags=["operations"])

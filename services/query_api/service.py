@@ -141,9 +141,12 @@ class QueryService:
         """Run model code in the executor, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    async def query(self, req: QueryRequest, caller: Caller) -> QueryResponse:
+    async def query(
+        self, req: QueryRequest, caller: Caller, *, answer: bool = True
+    ) -> QueryResponse:
         """Retrieve contexts for the question in the requested (or routed) mode from what the
-        caller can see, then answer (the LLM only ever reads what was retrieved)."""
+        caller can see, then answer (the LLM only ever reads what was retrieved); without
+        ``answer`` the retrieval alone (no answer call: an agent's search)."""
         t0 = time.perf_counter()
         usage = Usage()
         mode, routed_why, arm = await self._mode(req, usage)
@@ -166,7 +169,7 @@ class QueryService:
             await self._follow_up(self.llm, req, result, usage, caller)  # outside the read
         t_retrieve = time.perf_counter()
         try:
-            text_answer, support = await self._answer(req, result, usage)
+            text_answer, support = await self._answer(req, result, usage) if answer else ("", "")
         except Exception as exc:  # noqa: BLE001 - a failed LLM still leaves the passages
             result.notes.append(f"LLM answer failed ({type(exc).__name__}); extractive answer")
             text_answer, support = _offline_answer(req, result)

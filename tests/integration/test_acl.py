@@ -41,6 +41,7 @@ from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
 from services.query_api.visibility import widened
 from tests.conftest import Infra
+from tests.support.mcp_client import LOCAL, mcp_client, payload, sessions_running
 from tests.support.openai_stub import OpenAIStub
 from tests.support.query_fixtures import COMMUNITIES, SAMPLE, clone_database
 
@@ -166,6 +167,7 @@ class Env:
     corpus: Corpus
     box: CallerBox
     keyed: httpx.AsyncClient  # the same database behind KGSTREAM_AUTH=required
+    keyed_app: FastAPI
 
     @property
     def engine(self) -> AsyncEngine:
@@ -256,8 +258,10 @@ async def env(
     async with (
         httpx.AsyncClient(transport=transport, base_url="http://api") as client,
         httpx.AsyncClient(transport=keyed_transport, base_url="http://api") as keyed_client,
+        sessions_running(keyed.state.mcp),
     ):
-        yield Env(client, service, await _corpus(service.engine), box, keyed_client)
+        corpus = await _corpus(service.engine)
+        yield Env(client, service, corpus, box, keyed_client, keyed)
     await service.engine.dispose()
 
 
@@ -340,6 +344,56 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
     question = data.draw(st.sampled_from(QUESTIONS), "paths-ranker question")
     resp_local = await paths_ranker.query(QueryRequest(question=question, mode="local"), caller)
     oracle.check_query(resp_local.model_dump())
+
+
+@settings(
+    max_examples=max(EXAMPLES // 2, 5),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+async def test_no_leak_through_mcp(env: Env, data: st.DataObject) -> None:
+    """The same oracle over the MCP tools, as a real API key of the drawn caller, through
+    /mcp of the KGSTREAM_AUTH=required app (the SDK's client)."""
+    corpus = env.corpus
+    access, caller = data.draw(scenarios(corpus.docs), label="scenario")
+    await env.assign(access)
+    oracle = Oracle(corpus, caller, access)
+    names = st.sampled_from(corpus.names)
+    _, key = await create_key(env.engine, ["query"], tenant=caller.tenant, groups=caller.groups)
+    async with mcp_client(f"{LOCAL}/mcp", key, app=env.keyed_app) as client:
+        mode = data.draw(st.sampled_from(MODES), "mode")
+        question = data.draw(st.sampled_from(QUESTIONS), "question")
+        tool = data.draw(st.sampled_from(["search", "answer"]), "tool")
+        found = payload(await client.call_tool(tool, {"question": question, "mode": mode}))
+        oracle.check_query({**_empty_query(), **found})
+
+        entity_id = data.draw(st.sampled_from(corpus.entity_ids), "entity")
+        got = await client.call_tool("get_entity", {"entity": str(entity_id), "neighbours": 50})
+        if got.is_error:
+            assert entity_id not in oracle.surfaces
+        else:
+            detail = payload(got)
+            oracle.check_summary(detail)
+            for n in detail["neighbours"]:
+                assert n["name"] in oracle.surfaces[n["id"]]
+
+        a, b = data.draw(names, "path from"), data.draw(names, "path to")
+        routes = await client.call_tool("find_paths", {"source": a, "target": b})
+        if not routes.is_error:
+            body = payload(routes)
+            oracle.check_summary(body["source"])
+            oracle.check_summary(body["target"])
+            oracle.check_query({**_empty_query(), "routes": body["paths"]})
+
+        listed = payload(await client.call_tool("list_communities", {"limit": 1000}))
+        assert {c["id"] for c in listed["communities"]} <= oracle.communities
+
+        doc_id = data.draw(st.sampled_from(corpus.docs), "document")
+        document = await client.call_tool("get_document", {"doc_id": doc_id})
+        assert document.is_error == (doc_id not in oracle.docs)
+        if not document.is_error:
+            oracle.no_hidden_text(payload(document)["text"])
 
 
 def _empty_query() -> dict[str, Any]:

@@ -52,6 +52,7 @@ SCOPES: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/entities/{entity_id}"): "query",
     ("GET", "/v1/paths"): "query",
     ("GET", "/v1/communities"): "query",
+    ("GET", "/v1/documents/{doc_id}"): "query",
     ("POST", "/v1/documents"): "ingest",
     ("DELETE", "/v1/documents/{doc_id}"): "ingest",
     ("GET", "/v1/status"): "admin",
@@ -95,6 +96,7 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
             "params": {"from": sample.source, "to": sample.target, "max_hops": 2},
         },
         ("GET", "/v1/communities"): {"url": "/v1/communities"},
+        ("GET", "/v1/documents/{doc_id}"): {"url": f"/v1/documents/{sample.doc_id}"},
         ("POST", "/v1/documents"): {"url": "/v1/documents", "json": EVENT},
         ("DELETE", "/v1/documents/{doc_id}"): {"url": f"/v1/documents/{sample.doc_id}"},
         ("GET", "/v1/status"): {"url": "/v1/status"},
@@ -238,7 +240,8 @@ async def test_401_403_and_success_for_every_route(make_client: ClientFactory) -
         for route in sorted(app_routes(app)):
             scope = SCOPES[route]
             # 202: accepted for the topic; a curation is 201 when made, 200 when in force already
-            ok: tuple[int, ...] = (202,) if route[1].startswith("/v1/documents") else (200,)
+            writes = route[1].startswith("/v1/documents") and route[0] != "GET"
+            ok: tuple[int, ...] = (202,) if writes else (200,)
             if route == ("POST", "/v1/curations"):
                 ok = (200, 201)
             if scope is None:
