@@ -1,6 +1,7 @@
 """Reading one stored document as a caller may see it: its row and its text, rebuilt from the
 chunks the indexer stored (chunks may overlap; each holds ``text[start_char:end_char]`` of the
-document's text as indexed)."""
+document as indexed, which is its title, a blank line and its text: indexer/compute.py
+``document_text``)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class DocumentRead(BaseModel):
     version: int | None = None
     occurred_at: datetime
     metadata: dict[str, Any] = Field(default_factory=dict)
-    text: str = Field(description="The text as indexed, rebuilt from the stored chunks.")
+    text: str = Field(description="The text as published, rebuilt from the stored chunks.")
     chunks: int = Field(description="How many chunks the text was indexed as.")
     tenant: str | None = Field(default=None, description="Admin callers only.")
     acl: list[str] | None = Field(default=None, description="Admin callers only.")
@@ -50,7 +51,9 @@ async def read_document(conn: AsyncConnection, doc_id: str, caller: Caller) -> D
         version=row.version,
         occurred_at=row.occurred_at,
         metadata=row.metadata or {},
-        text=stitch([(c.start_char, c.end_char, c.text) for c in chunks]),
+        text=_without_title(
+            row.title, stitch([(c.start_char, c.end_char, c.text) for c in chunks])
+        ),
         chunks=len(chunks),
         tenant=row.tenant if caller.admin else None,
         acl=list(row.acl) if caller.admin and row.acl is not None else None,
@@ -71,3 +74,9 @@ def stitch(chunks: list[tuple[int, int, str]]) -> str:
         parts.append(body[max(0, covered - start) :])
         covered = end
     return "".join(parts)
+
+
+def _without_title(title: str, indexed: str) -> str:
+    """The published text: the indexed text without the title that leads it."""
+    lead = f"{title}\n\n"
+    return indexed[len(lead) :] if title and indexed.startswith(lead) else indexed
