@@ -1,0 +1,384 @@
+"""A typed Python client of the query API (httpx): query, graph look-ups, documents, ingest,
+status and curations, answered as the API's own pydantic models, with retries on 429 and 503
+that honour Retry-After, and on connection failures. ``Client`` blocks; ``AsyncClient`` is the
+same API for asyncio code.
+
+    from services.client import Client
+
+    with Client("http://127.0.0.1:8000", api_key="kgs_...") as kg:
+        accepted = kg.ingest([{"doc_id": "memo-1", "text": "..."}])
+        answer = kg.query("Who wrote the memo?", after_event=accepted.event_ids[-1])
+
+Every call is safe to repeat, so every call is retried: queries and look-ups read; ingest
+sends events whose ids make a replay a no-op; a curation made twice is the one in force; a
+repeated delete is another "gone as of now". An answer the API refuses is raised as
+``ApiError`` with the problem document's status, title, detail and per-item errors."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import itertools
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from services.query_api.documents import DocumentRead
+from services.query_api.schemas import (
+    MAX_HOPS,
+    CommunitiesResponse,
+    CurationOut,
+    CurationsResponse,
+    EntityDetail,
+    FeedbackResponse,
+    IngestAccepted,
+    PathsResponse,
+    QueryResponse,
+    RequestMode,
+)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+RETRIED = frozenset({429, 503})
+
+
+class ApiError(Exception):
+    """The API refused the call (a problem document: RFC 9457)."""
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        errors: Sequence[Any] = (),
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{status} {title}: {detail}")
+        self.status, self.title, self.detail = status, title, detail
+        self.errors, self.retry_after = list(errors), retry_after
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How calls are retried: up to ``attempts`` tries in all; a 429 or 503 waits what its
+    Retry-After says (at most ``max_wait_s``), anything else retried (a connection failure,
+    a 429/503 without the header) waits ``base_s`` doubled per try, with jitter."""
+
+    attempts: int = 5
+    base_s: float = 0.5
+    max_wait_s: float = 30.0
+
+    def wait(self, attempt: int, response: httpx.Response | None = None) -> float | None:
+        """Seconds to wait before trying again after try ``attempt`` (0-based) failed to
+        connect (no ``response``) or answered ``response``; None: this answer stands (a
+        success, a refusal that is not 429/503, or the last try)."""
+        if attempt >= self.attempts - 1:
+            return None
+        if response is None:
+            return self.delay(attempt, None)
+        if response.status_code not in RETRIED:
+            return None
+        return self.delay(attempt, retry_after(response))
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """The wait: Retry-After's (capped), else backoff with jitter."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_wait_s)
+        backoff = self.base_s * 2**attempt
+        return float(min(backoff * (0.5 + random.random() / 2), self.max_wait_s))  # noqa: S311 - jitter
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and the model its answer is read as (``None``: the JSON as it is)."""
+
+    method: str
+    path: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    json: Any = None
+    model: type[BaseModel] | None = None
+
+    def settle(self, response: httpx.Response) -> T:
+        """The answer as the call's model, or ApiError for a refusal."""
+        if response.is_error:
+            raise _refusal(response)
+        body = response.json()
+        return cast(T, body if self.model is None else self.model.model_validate(body))
+
+
+# What each method sends: the signatures (and docs) of both clients' methods.
+
+
+def query(
+    question: str,
+    *,
+    mode: RequestMode = "auto",
+    k: int = 5,
+    level: int | None = None,
+    explain: bool = True,
+    min_snapshot: int | None = None,
+    after_event: str | None = None,
+) -> Call[QueryResponse]:
+    """Answer a question from what the key may read (POST /v1/query). ``after_event``: an
+    event id you published; the answer waits until it is indexed (read your own write)."""
+    body = {"question": question, "mode": mode, "k": k, "explain": explain}
+    body |= {"level": level, "min_snapshot": min_snapshot, "after_event": after_event}
+    body = {name: value for name, value in body.items() if value is not None}
+    return Call("POST", "/v1/query", json=body, model=QueryResponse)
+
+
+def feedback(query_id: str, useful: bool) -> Call[FeedbackResponse]:
+    """Whether an answer was useful (POST /v1/feedback)."""
+    body = {"query_id": query_id, "useful": useful}
+    return Call("POST", "/v1/feedback", json=body, model=FeedbackResponse)
+
+
+def entities(name: str, *, limit: int = 10) -> Call[dict[str, Any]]:
+    """Entities whose name or alias matches, best first (GET /v1/entities)."""
+    return Call("GET", "/v1/entities", params={"name": name, "limit": limit})
+
+
+def entity(entity_id: int, *, neighbours: int = 25) -> Call[EntityDetail]:
+    """One entity with its strongest relationships (GET /v1/entities/{id})."""
+    params = {"neighbours": neighbours}
+    return Call("GET", f"/v1/entities/{entity_id}", params=params, model=EntityDetail)
+
+
+def paths(source: str, target: str, *, k: int = 3, max_hops: int = MAX_HOPS) -> Call[PathsResponse]:
+    """k shortest paths between two entities, by id or name (GET /v1/paths)."""
+    params = {"from": source, "to": target, "k": k, "max_hops": max_hops}
+    return Call("GET", "/v1/paths", params=params, model=PathsResponse)
+
+
+def communities(*, level: int | None = None, limit: int = 100) -> Call[CommunitiesResponse]:
+    """Communities of the published snapshot, best rated first (GET /v1/communities)."""
+    params: dict[str, Any] = {"limit": limit} | ({} if level is None else {"level": level})
+    return Call("GET", "/v1/communities", params=params, model=CommunitiesResponse)
+
+
+def document(doc_id: str) -> Call[DocumentRead]:
+    """A live document the key may read, with its text (GET /v1/documents/{doc_id})."""
+    return Call("GET", f"/v1/documents/{quote(doc_id, safe='')}", model=DocumentRead)
+
+
+def ingest(events: Sequence[Mapping[str, Any]]) -> Call[IngestAccepted]:
+    """Publish document events, all or none (POST /v1/documents). An event without
+    ``event_id``, ``type`` or ``occurred_at`` gets a fresh id, "upsert" and now: the ids are
+    fixed here, once, so a retried call sends the same events."""
+    filled = [
+        {
+            "event_id": f"client-{uuid.uuid4()}",
+            "type": "upsert",
+            "occurred_at": datetime.now(UTC).isoformat(),
+            **event,
+        }
+        for event in events
+    ]
+    return Call("POST", "/v1/documents", json=filled, model=IngestAccepted)
+
+
+def delete(doc_id: str) -> Call[IngestAccepted]:
+    """Publish "this document is gone as of now" (DELETE /v1/documents/{doc_id})."""
+    return Call("DELETE", f"/v1/documents/{quote(doc_id, safe='')}", model=IngestAccepted)
+
+
+def status() -> Call[dict[str, Any]]:
+    """The service's status document (GET /v1/status, admin scope)."""
+    return Call("GET", "/v1/status")
+
+
+def curations() -> Call[CurationsResponse]:
+    """Every curation, oldest first (GET /v1/curations, admin scope)."""
+    return Call("GET", "/v1/curations", model=CurationsResponse)
+
+
+def curate(kind: str, name: str, other: str, *, reason: str = "") -> Call[CurationOut]:
+    """Make a rule about entity resolution: merge, alias, block, split or rename (POST
+    /v1/curations, admin scope). The same rule again answers the one in force."""
+    body = {"kind": kind, "name": name, "other": other, "reason": reason}
+    return Call("POST", "/v1/curations", json=body, model=CurationOut)
+
+
+def undo(curation_id: int, *, reason: str = "") -> Call[CurationOut]:
+    """Take a rule out of force (POST /v1/curations/{id}/undo, admin scope)."""
+    body = {"reason": reason}
+    return Call("POST", f"/v1/curations/{curation_id}/undo", json=body, model=CurationOut)
+
+
+def _refusal(response: httpx.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    return ApiError(
+        response.status_code,
+        str(body.get("title", response.reason_phrase)),
+        str(body.get("detail", response.text[:500])),
+        body.get("errors") or (),
+        retry_after(response),
+    )
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """Retry-After in seconds: delta-seconds or an HTTP date (RFC 9110); None without one."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _sync(build: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
+    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.send(build(*args, **kwargs))
+
+    method.__name__, method.__doc__ = build.__name__, build.__doc__
+    return method
+
+
+def _async(build: Callable[P, Call[T]]) -> Callable[Concatenate[AsyncClient, P], Awaitable[T]]:
+    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.send(build(*args, **kwargs))
+
+    method.__name__, method.__doc__ = build.__name__, build.__doc__
+    return method
+
+
+class Client:
+    """The query API, blocking. ``transport``: an httpx transport (tests, proxies)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        retry: Retry | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.retry = retry or Retry()
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    def send(self, call: Call[T]) -> T:
+        """Make the call, retrying as ``retry`` says; its answer, or ApiError."""
+        for attempt in itertools.count():
+            try:
+                response = self._http.request(
+                    call.method, call.path, params=call.params, json=call.json
+                )
+            except httpx.TransportError:
+                if (wait := self.retry.wait(attempt)) is None:
+                    raise
+            else:
+                if (wait := self.retry.wait(attempt, response)) is None:
+                    return call.settle(response)
+            time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    query = _sync(query)
+    feedback = _sync(feedback)
+    entities = _sync(entities)
+    entity = _sync(entity)
+    paths = _sync(paths)
+    communities = _sync(communities)
+    document = _sync(document)
+    ingest = _sync(ingest)
+    delete = _sync(delete)
+    status = _sync(status)
+    curations = _sync(curations)
+    curate = _sync(curate)
+    undo = _sync(undo)
+
+
+class AsyncClient:
+    """The query API for asyncio code: ``Client``'s methods, awaited."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        retry: Retry | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.retry = retry or Retry()
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def send(self, call: Call[T]) -> T:
+        """Make the call, retrying as ``retry`` says; its answer, or ApiError."""
+        for attempt in itertools.count():
+            try:
+                response = await self._http.request(
+                    call.method, call.path, params=call.params, json=call.json
+                )
+            except httpx.TransportError:
+                if (wait := self.retry.wait(attempt)) is None:
+                    raise
+            else:
+                if (wait := self.retry.wait(attempt, response)) is None:
+                    return call.settle(response)
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    query = _async(query)
+    feedback = _async(feedback)
+    entities = _async(entities)
+    entity = _async(entity)
+    paths = _async(paths)
+    communities = _async(communities)
+    document = _async(document)
+    ingest = _async(ingest)
+    delete = _async(delete)
+    status = _async(status)
+    curations = _async(curations)
+    curate = _async(curate)
+    undo = _async(undo)
