@@ -190,12 +190,27 @@ async def post_documents(
     publisher: PublisherDep,
     svc: ServiceDep,
     caller: CallerDep,
-    body: Annotated[Any, Body(description="One document event v1, or a list of them.")],
+    body: Annotated[
+        Any,
+        Body(
+            description="One document event v1, or a list of them (application/json); one "
+            "CloudEvent 1.0 (application/cloudevents+json) or a list of them "
+            "(application/cloudevents-batch+json)."
+        ),
+    ],
 ) -> IngestAccepted:
     """Validate document events and publish them to the documents topic (all or none). A
-    non-admin key writes only into its own tenant: events without a tenant get the key's."""
+    non-admin key writes only into its own tenant: events without a tenant get the key's.
+    CloudEvents (structured or batch mode) are converted to document events first and
+    published in that form (docs/ingest.md, "CloudEvents")."""
     settings = request.app.state.settings
-    events, problems = validate_batch(body, settings.max_document_bytes, settings.ingest_max_events)
+    events, problems = validate_batch(
+        body,
+        settings.max_document_bytes,
+        settings.ingest_max_events,
+        content_type=request.headers.get("content-type"),
+        types=settings.cloudevent_types,
+    )
     if problems:
         detail = f"{len(problems)} invalid event(s); nothing was published"
         raise Problem(422, "Invalid document events", detail, errors=problems)
