@@ -194,7 +194,7 @@ def test_a_bad_type_mapping_is_refused_at_start(spec: str, message: str) -> None
     with pytest.raises(ConfigurationError, match="KGSTREAM_CLOUDEVENTS_TYPES") as info:
         parse_type_mapping(spec)
     assert message in str(info.value)
-    with pytest.raises(ConfigurationError, match=message.split("'")[0] or "KGSTREAM"):
+    with pytest.raises(ConfigurationError, match="KGSTREAM_CLOUDEVENTS_TYPES"):
         Settings(cloudevents_types=spec)
 
 

@@ -180,10 +180,16 @@ def check_cloudevent(obj: Any) -> None:
 def check_record(value: bytes | None, headers: list[tuple[str, bytes | None]]) -> None:
     """The indexer's decoding of a CloudEvent record: an event or a reason, nothing raised."""
     try:
-        parse_record(value, headers, LIMIT, DEFAULT_MAPPING, RECEIVED)
+        outcome: DocumentEvent | PermanentError = parse_record(
+            value, headers, LIMIT, DEFAULT_MAPPING, RECEIVED
+        )
     except PermanentError as exc:
-        assert exc.reason in REASONS
-        assert exc.detail
+        outcome = exc
+    if isinstance(outcome, PermanentError):
+        assert outcome.reason in REASONS
+        assert outcome.detail
+    else:
+        assert outcome.metadata["cloudevent"]["type"]
 
 
 @CASES
