@@ -206,6 +206,9 @@ def _as_cloudevent_path(problem: str) -> str:
         return problem
     if path == "$":
         return f"$.data: {message}"  # e.g. 'text' is a required property (an upsert)
+    kept = f"$.metadata.{METADATA_KEY}"
+    if path.startswith(kept + ".") or path.startswith(kept + "["):
+        return f"${path[len(kept) :]}: {message}"  # an attribute kept from the envelope
     head, dot, rest = path[2:].partition(".")
     bracket = head.find("[")
     name = head if bracket < 0 else head[:bracket]

@@ -138,6 +138,9 @@ def test_a_missing_attribute_is_named() -> None:
         ({"data": {"title": "no text"}}, "$.data: 'text' is a required property"),
         ({"data": {"text": "t", "body": "b"}}, "$.data.body: not a document field"),
         ({"data": {"text": "t", "metadata": {"cloudevent": 1}}}, "$.data.metadata.cloudevent:"),
+        ({"dmsrepo": "a\u0000b"}, "$.dmsrepo: must not contain NUL"),
+        ({"source": "s\u0000"}, "$.source: must not contain NUL"),
+        ({"data": {"text": "t", "metadata": {"k": "\u0000"}}}, "$.data.metadata.k: must not"),
     ],
 )
 def test_native_contract_errors_are_named_as_cloudevent_fields(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from kafka import KafkaConsumer, TopicPartition
 
+from services.core.api_keys import create_key
 from services.core.cloudevents import parse_type_mapping
 from services.core.contracts import schema_errors
 from services.core.db.engine import make_engine
@@ -71,23 +73,42 @@ def cloudevent(
 # --- HTTP ------------------------------------------------------------------------------------
 
 
+IngestFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
 @pytest.fixture
-async def ingest(
+def make_ingest(
     settings: Settings,
     infra: Infra,
     embedder: OnnxMiniLmEmbedder,
     extractor: SpacyExtractor,
     cpu_pool: ThreadPoolExecutor,
-) -> AsyncIterator[httpx.AsyncClient]:
-    """The whole API app (middlewares included) on this test's database and topics."""
-    url = str(settings.database_url)
-    service = build_query_service(settings, make_engine(url), embedder, extractor, cpu_pool)
-    app = create_app(settings, Endpoints(url, infra.bootstrap), service=service)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+) -> IngestFactory:
+    """``async with make_ingest(**settings) as client``: the whole API app (middlewares
+    included) on this test's database and topics."""
+
+    @asynccontextmanager
+    async def make(**overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+        configured = settings.model_copy(update=overrides)
+        url = str(settings.database_url)
+        engine = make_engine(url)
+        service = build_query_service(configured, engine, embedder, extractor, cpu_pool)
+        app = create_app(configured, Endpoints(url, infra.bootstrap), service=service)
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+                yield client
+        finally:
+            app.state.publisher.close()
+            await engine.dispose()
+
+    return make
+
+
+@pytest.fixture
+async def ingest(make_ingest: IngestFactory) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_ingest() as client:
         yield client
-    app.state.publisher.close()
-    await service.engine.dispose()
 
 
 def topic_records(settings: Settings, topic: str | None = None) -> list[Any]:
@@ -105,10 +126,11 @@ def topic_records(settings: Settings, topic: str | None = None) -> list[Any]:
         consumer.close()
 
 
-def post(client: httpx.AsyncClient, body: Any, content_type: str) -> Any:
-    return client.post(
-        "/v1/documents", content=json.dumps(body), headers={"content-type": content_type}
-    )
+def post(client: httpx.AsyncClient, body: Any, content_type: str, key: str = "") -> Any:
+    headers = {"content-type": content_type}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    return client.post("/v1/documents", content=json.dumps(body), headers=headers)
 
 
 async def test_cloudevents_over_http_are_published_as_document_events(
@@ -187,6 +209,29 @@ async def test_a_bad_cloudevent_over_http_is_422_and_nothing_is_published(
     assert native.status_code == 422
     assert "Additional properties are not allowed" in native.text
     assert topic_records(settings) == []
+
+
+async def test_cloudevents_over_http_keep_scopes_and_tenant_binding(
+    make_ingest: IngestFactory, settings: Settings
+) -> None:
+    """The same rules as native events: an ingest key bound to a tenant gives its tenant to
+    events without one and may not write another's (403, nothing published); a query key may
+    not ingest at all."""
+    async with make_ingest(auth="required", auth_cache_ttl_s=0) as client:
+        engine = make_engine(str(settings.database_url))
+        acme = (await create_key(engine, ["ingest"], tenant="acme"))[1]
+        reader = (await create_key(engine, ["query"]))[1]
+        await engine.dispose()
+        assert (await post(client, cloudevent(1), STRUCTURED)).status_code == 401
+        assert (await post(client, cloudevent(1), STRUCTURED, reader)).status_code == 403
+        theirs = {**cloudevent(2), "data": {"text": "t", "tenant": "other"}}
+        refused = await post(client, [cloudevent(3), theirs], BATCH, acme)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["errors"][0]["event_id"] == "ce-2"
+        accepted = await post(client, cloudevent(4), STRUCTURED, acme)
+        assert accepted.status_code == 202, accepted.text
+    (record,) = topic_records(settings)
+    assert json.loads(record.value)["tenant"] == "acme"
 
 
 # --- Kafka -----------------------------------------------------------------------------------
