@@ -282,7 +282,11 @@ async def test_kafka_binary_and_structured_cloudevents_are_indexed_and_bad_ones_
         (b"ce-doc-3", json.dumps(gone["data"]).encode(), ce_headers(gone)),
         (b"ce-doc-3", None, ce_headers(delete)),
         (b"ce-doc-4", json.dumps(renamed["data"]).encode(), ce_headers(renamed)),
-        (str(json.loads(native)["doc_id"]).encode(), native, []),
+        (
+            str(json.loads(native)["doc_id"]).encode(),
+            native,
+            [("content-type", b"application/json")],
+        ),  # native: no ce_ headers
     ]
     worker = start_worker(settings, tmp_path / "indexer.log")
     try:
@@ -328,6 +332,11 @@ async def test_kafka_binary_and_structured_cloudevents_are_indexed_and_bad_ones_
     payload = json.loads(dlq.value)
     assert schema_errors(payload, "dead_letter.v1") == []
     assert payload["source"]["headers"] == letter["headers"]
+
+    listed = kgstream(settings, "dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (shown,) = json.loads(listed.stdout)
+    assert shown["headers"] == [[k, v.decode()] for k, v in sent]
 
     # `kgstream dlq replay` sends the value with its headers; once the mapping knows the type,
     # the replayed record is indexed.
