@@ -7,8 +7,9 @@ acknowledged it, so a second replay sends nothing the first one delivered, and a
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from kafka import KafkaProducer
@@ -23,14 +24,14 @@ most a crash between the broker's acks and the mark makes the next replay send a
 
 _NEWEST = text(
     'SELECT id, event_id, doc_id, topic, partition, "offset", record_timestamp, key, reason,'
-    " detail, created_at, replayed_at, raw FROM dead_letters"
+    " detail, created_at, replayed_at, raw, headers FROM dead_letters"
     " WHERE (:all OR replayed_at IS NULL)"
     " AND (cardinality(CAST(:ids AS bigint[])) = 0 OR id = ANY(:ids))"
     " ORDER BY id DESC LIMIT :limit"
 )
 _UNREPLAYED_AFTER = text(
     'SELECT id, event_id, doc_id, topic, partition, "offset", record_timestamp, key, reason,'
-    " detail, created_at, replayed_at, raw FROM dead_letters"
+    " detail, created_at, replayed_at, raw, headers FROM dead_letters"
     " WHERE replayed_at IS NULL AND id > :after"
     " AND (cardinality(CAST(:ids AS bigint[])) = 0 OR id = ANY(:ids))"
     " ORDER BY id LIMIT :limit"
@@ -54,15 +55,24 @@ class DeadLetter:
     created_at: datetime
     replayed_at: datetime | None
     raw: bytes
+    # The record's headers, in order: [{"key", "value_base64"}] (migration 0017).
+    headers: list[dict[str, str | None]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready, with the payload as text where it decodes."""
-        out = {k: v for k, v in self.__dict__.items() if k != "raw"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("raw", "headers")}
         out["created_at"] = self.created_at.isoformat()
         out["record_timestamp"] = _iso(self.record_timestamp)
         out["replayed_at"] = _iso(self.replayed_at)
         out["raw"] = self.raw.decode("utf-8", "replace")[:2000]
+        out["headers"] = [
+            [key, value.decode("utf-8", "replace")] for key, value in self.kafka_headers()
+        ]
         return out
+
+    def kafka_headers(self) -> list[tuple[str, bytes]]:
+        """The headers as a producer sends them (a null value as empty bytes)."""
+        return [(str(h["key"]), base64.b64decode(h["value_base64"] or "")) for h in self.headers]
 
 
 async def list_dead_letters(
@@ -108,9 +118,10 @@ async def replay_dead_letters(
     """Send the unreplayed letters (all, or only ``ids``), oldest first, to ``topic`` with
     their original keys, and yield each outcome. Each letter's event id is given back first, so
     the indexer applies the replayed event instead of skipping it as one it has seen; then the
-    letter is sent, and marked replayed only once the broker has acknowledged it. A crash
-    between the ack and the mark leaves the letter unreplayed: the next replay sends it again,
-    and the indexer skips that second copy by its event id."""
+    letter is sent (its value with its headers: a CloudEvent in binary mode is both), and
+    marked replayed only once the broker has acknowledged it. A crash between the ack and the
+    mark leaves the letter unreplayed: the next replay sends it again, and the indexer skips
+    that second copy by its event id."""
     after = 0
     while page_letters := await _unreplayed_after(engine, after, ids, page):
         after = page_letters[-1].id
@@ -121,7 +132,10 @@ async def replay_dead_letters(
         if not letters:
             continue
         await _release_event_ids(engine, [d.event_id for d in letters if d.event_id])
-        records = [(d.key.encode("utf-8") if d.key is not None else None, d.raw) for d in letters]
+        records = [
+            (d.key.encode("utf-8") if d.key is not None else None, d.raw, d.kafka_headers())
+            for d in letters
+        ]
         errors = await asyncio.to_thread(send_each, producer, topic, records, timeout_s)
         acked = [d.id for d, e in zip(letters, errors, strict=True) if e is None]
         await _mark_replayed(engine, acked)

@@ -99,23 +99,28 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, line.rstrip(b"\r\n")
 
 
+Record = tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Sequence[tuple[str, bytes]]]
+"""(key, value) or (key, value, headers)."""
+
+
 def send_each(
     producer: KafkaProducer,
     topic: str,
-    records: Iterable[tuple[bytes | None, bytes]],
+    records: Iterable[Record],
     timeout_s: float = 30.0,
 ) -> list[KafkaError | None]:
-    """Send (key, value) records and wait for the broker; per record, None when it was
-    acknowledged or the error that stopped it (never raised). ``timeout_s`` bounds the whole
-    wait for acknowledgements, not each step of it."""
+    """Send (key, value[, headers]) records and wait for the broker; per record, None when it
+    was acknowledged or the error that stopped it (never raised). ``timeout_s`` bounds the
+    whole wait for acknowledgements, not each step of it."""
     pending: list[FutureRecordMetadata | KafkaError] = []
     no_metadata: KafkaTimeoutError | None = None
-    for key, value in records:
+    for key, value, *more in records:
         if no_metadata is not None:  # each send would block max_block_ms again
             pending.append(no_metadata)
             continue
+        headers = list(more[0]) if more and more[0] else None
         try:
-            pending.append(producer.send(topic, key=key, value=value))
+            pending.append(producer.send(topic, key=key, value=value, headers=headers))
         except KafkaTimeoutError as exc:  # no metadata within max_block_ms: the broker is gone
             no_metadata = exc
             pending.append(exc)

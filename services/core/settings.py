@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from services.core.cloudevents import DEFAULT_TYPES, TypeMapping, parse_type_mapping
 from services.core.cpu_budget import parse_cpu_threads
 from services.core.errors import ConfigurationError
 
@@ -222,6 +223,13 @@ class Settings(BaseSettings):
         "`kgstream publish` and HTTP ingest and dead-lettered by the indexer. The default fits "
         "Kafka's 1 MiB message limit; raising it needs the broker's message.max.bytes and the "
         "topics' max.message.bytes raised too (docs: README, Limits).",
+    )
+    cloudevents_types: str = Field(
+        default=DEFAULT_TYPES,
+        description='CloudEvents in (docs/ingest.md, "CloudEvents"): which CloudEvent types are '
+        "upserts and which deletes, as comma-separated suffix=action pairs (action upsert or "
+        "delete; the longest suffix a type ends with wins; a suffix may be a whole type). A "
+        "type that matches none is refused (HTTP 422, dead letter).",
     )
 
     # --- LLM (optional) -------------------------------------------------
@@ -587,6 +595,11 @@ class Settings(BaseSettings):
         # A ConfigurationError (not a ValueError) passes through pydantic: the CLI prints it.
         return parse_cpu_threads(value)
 
+    @field_validator("cloudevents_types")
+    @classmethod
+    def _cloudevents_types(cls, value: str) -> str:
+        return parse_type_mapping(value).describe()  # a ConfigurationError names the setting
+
     @field_validator("kafka_bootstrap_servers")
     @classmethod
     def _empty_is_unset(cls, value: str | None) -> str | None:
@@ -615,6 +628,11 @@ class Settings(BaseSettings):
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser().resolve()
+
+    @property
+    def cloudevent_types(self) -> TypeMapping:
+        """KGSTREAM_CLOUDEVENTS_TYPES, parsed (validated when the settings were read)."""
+        return parse_type_mapping(self.cloudevents_types)
 
     @property
     def database_read_urls(self) -> list[str]:

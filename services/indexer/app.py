@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -73,7 +73,16 @@ def _record(event: faust.EventT[bytes]) -> RawRecord | None:
         timestamp=message.timestamp,  # faust gives seconds since the epoch
         received_at=received_wall(message.time_in),  # faust's monitor stamps it on fetch
         unreadable=unreadable,
+        headers=_headers(message.headers),
     )
+
+
+def _headers(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
+    """aiokafka's (key, value) pairs (faust may hand a mapping), as RawRecord keeps them."""
+    if not headers:
+        return ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple((str(key), None if value is None else bytes(value)) for key, value in pairs)
 
 
 def _position(event: faust.EventT[bytes]) -> tuple[str, int, int]:

@@ -1,5 +1,5 @@
-"""Dead-lettering: the raw record, its reason and its source coordinates go to the
-dead_letters table and the dead-letter topic, and the stream moves on.
+"""Dead-lettering: the raw record (its value and headers), its reason and its source
+coordinates go to the dead_letters table and the dead-letter topic, and the stream moves on.
 
 Dead-lettering must not fail where the record itself failed: strings bound for text columns
 lose their NUL characters (PostgreSQL text cannot hold them; the raw bytes keep the original),
@@ -42,8 +42,9 @@ MAX_BACKOFF_S = 30.0
 
 _STORE = text(
     'INSERT INTO dead_letters (event_id, doc_id, topic, partition, "offset", record_timestamp,'
-    " key, raw, reason, detail)"
-    " VALUES (:e, :d, :t, :p, :o, to_timestamp(:ts), :k, :r, :why, :detail)"
+    " key, raw, reason, detail, headers)"
+    " VALUES (:e, :d, :t, :p, :o, to_timestamp(:ts), :k, :r, :why, :detail,"
+    " CAST(:headers AS jsonb))"
     " ON CONFLICT ON CONSTRAINT dead_letters_record DO UPDATE SET topic = EXCLUDED.topic"
     " RETURNING id, published_at IS NOT NULL AS published"
 )
@@ -55,6 +56,18 @@ def storable(value: str | None, limit: int = 2000) -> str | None:
         return None
     clean = value.replace("\x00", "\\u0000").encode("utf-8", "replace").decode("utf-8")
     return clean[:limit]
+
+
+def stored_headers(record: RawRecord) -> list[dict[str, str | None]]:
+    """The record's headers as kept by dead_letters.headers and the dead letter's
+    ``source.headers``: in order, each value base64 (null for a null value)."""
+    return [
+        {
+            "key": storable(key, DETAIL_CHARS) or "",
+            "value_base64": None if value is None else base64.b64encode(value).decode("ascii"),
+        }
+        for key, value in record.headers
+    ]
 
 
 def key_text(record: RawRecord) -> str | None:
@@ -110,6 +123,7 @@ async def _store(
                     "r": raw,
                     "why": exc.reason,
                     "detail": storable(exc.detail, DETAIL_CHARS),
+                    "headers": json.dumps(stored_headers(record)),
                 },
             )
         ).one()
@@ -136,6 +150,7 @@ def dead_letter_payload(
             "offset": record.offset,
             "key": key,
             "timestamp": _iso(record.timestamp),
+            "headers": stored_headers(record),
         },
         "raw_base64": base64.b64encode(raw[:DLQ_RAW_INLINE_BYTES]).decode("ascii"),
         "raw_bytes": len(raw),

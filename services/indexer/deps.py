@@ -10,6 +10,7 @@ from typing import Literal, Self
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.chunking import Chunker
+from services.core.cloudevents import DEFAULT_MAPPING, TypeMapping
 from services.core.curations import RulesCache
 from services.core.embedding import Embedder
 from services.core.extraction import Extractor
@@ -36,6 +37,9 @@ class RawRecord:
     # Set: the consumer could not read the batch this record ends, whose bytes are the value
     # (services/indexer/unreadable_batches.py); this says why and which offsets it skipped.
     unreadable: str | None = None
+    # The record's headers as (key, value) pairs, in order: CloudEvents in binary mode carry
+    # their attributes here (services/core/cloudevents.py); dead letters keep them.
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class IndexerDeps:
     extract_executor: Executor | None = None
     # The curations in force, read again when they change (services/core/curations.py).
     curations: RulesCache = field(default_factory=RulesCache)
+    # KGSTREAM_CLOUDEVENTS_TYPES: which CloudEvent types are upserts, which deletes.
+    cloudevent_types: TypeMapping = DEFAULT_MAPPING
 
     @classmethod
     def from_settings(
@@ -93,4 +99,5 @@ class IndexerDeps:
             consumer_group=settings.consumer_group,
             resolver=ResolverConfig.from_settings(settings, adjudicate),
             observer=observer,
+            cloudevent_types=settings.cloudevent_types,
         )

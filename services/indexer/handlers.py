@@ -25,9 +25,9 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-from services.core import log_context
+from services.core import cloudevents, log_context
 from services.core.contracts import DocumentEvent, parse_document_event
 from services.core.db.engine import without_statement_bound
 from services.core.errors import PermanentError, StaleComputeError
@@ -162,11 +162,26 @@ def _times(batch: PreparedBatch, record: RawRecord, write_started: float) -> Eve
 
 
 def decode(deps: IndexerDeps, record: RawRecord) -> DocumentEvent:
-    """The record as a validated event; PermanentError with the reason for anything else."""
+    """The record as a validated event; PermanentError with the reason for anything else. A
+    CloudEvent (the Kafka binding's binary mode: ``ce_*`` headers; or structured mode:
+    content-type application/cloudevents+json) is converted first; others are native."""
     if record.unreadable is not None:
         raise PermanentError("undecodable_batch", record.unreadable)
     try:
-        event = parse_document_event(record.value or b"", deps.max_document_bytes)
+        if cloudevents.is_binary_mode(record.headers) or cloudevents.is_structured_mode(
+            record.headers
+        ):
+            # A CloudEvent without ``time`` happened when its record was published.
+            received = datetime.fromtimestamp(record.timestamp or time.time(), UTC)
+            event = cloudevents.parse_record(
+                record.value,
+                record.headers,
+                deps.max_document_bytes,
+                deps.cloudevent_types,
+                received,
+            )
+        else:
+            event = parse_document_event(record.value or b"", deps.max_document_bytes)
     except PermanentError:
         raise
     except Exception as exc:  # the decoder's contract is PermanentError; hold it to that

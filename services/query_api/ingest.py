@@ -1,7 +1,8 @@
 """HTTP ingest: document events validated against the same contract as `kgstream publish`
 (schemas/document_event.v1.json) and published to the documents topic keyed by doc_id. All or
 nothing: every event is checked (contract and wire size) before any is sent, and one invalid
-event means none is published."""
+event means none is published. CloudEvents 1.0 (structured or batch) are converted to native
+events first (services/core/cloudevents.py) and published in the native form."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.clocks import bounded_time
+from services.core.cloudevents import (
+    BATCH,
+    DEFAULT_MAPPING,
+    STRUCTURED,
+    TypeMapping,
+    convert,
+    media_type,
+)
 from services.core.contracts import event_problems
 from services.core.errors import TransientError
 from services.core.producer import make_producer, publish_events
@@ -27,22 +36,48 @@ from services.core.settings import Settings
 
 
 def validate_batch(
-    body: Any, max_bytes: int, max_events: int
+    body: Any,
+    max_bytes: int,
+    max_events: int,
+    *,
+    content_type: str | None = None,
+    types: TypeMapping = DEFAULT_MAPPING,
+    received: datetime | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(events, problems): problems are {"index", "errors"} per invalid item (index 0 for a
-    single object); events is empty whenever a problem was found."""
+    single object); events is empty whenever a problem was found. ``content_type``
+    application/cloudevents+json (one CloudEvent) or application/cloudevents-batch+json (a list
+    of them): each is converted to a native event (services/core/cloudevents.py; ``types``
+    decides upsert or delete, ``received`` is the time of one without ``time``) and checked by
+    the same contract; anything else: native document events."""
+    kind = media_type(content_type)
+    cloud = kind in (STRUCTURED, BATCH)
+    if cloud and isinstance(body, list) != (kind == BATCH):
+        shape = (
+            "one CloudEvent (an object)" if kind == STRUCTURED else "a JSON array of CloudEvents"
+        )
+        reason = f"{kind} carries {shape}; send a list as {BATCH}, one event as {STRUCTURED}"
+        return [], [{"index": None, "errors": [reason]}]
     items = body if isinstance(body, list) else [body]
     if not items:
         return [], [{"index": None, "errors": ["no events: send an object or a non-empty list"]}]
     if len(items) > max_events:
         reason = f"{len(items)} events in one request; the limit is {max_events}"
         return [], [{"index": None, "errors": [reason]}]
+    at = received or datetime.now(UTC)
+    events: list[dict[str, Any]] = []
     problems = []
     for index, item in enumerate(items):
-        errors = event_problems(item, max_bytes)
-        if errors:
-            problems.append({"index": index, "event_id": _event_id(item), "errors": errors})
-    return ([] if problems else list(items)), problems
+        if cloud:
+            event, errors = convert(item, types, at, max_bytes)
+        else:
+            event, errors = item, event_problems(item, max_bytes)
+        if errors or event is None:
+            event_id = _event_id(item, "id" if cloud else "event_id")
+            problems.append({"index": index, "event_id": event_id, "errors": errors})
+        else:
+            events.append(event)
+    return ([] if problems else events), problems
 
 
 def tenant_bound(caller: Caller) -> bool:
@@ -143,8 +178,8 @@ def delete_event(
     return event
 
 
-def _event_id(item: Any) -> Any:
-    event_id = item.get("event_id") if isinstance(item, dict) else None
+def _event_id(item: Any, field: str = "event_id") -> Any:
+    event_id = item.get(field) if isinstance(item, dict) else None
     return event_id if isinstance(event_id, str | int) else None
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from email.message import Message
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -18,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as AsgiMessage
 
 from services.core.access import Caller
+from services.core.cloudevents import is_json_media_type
 from services.core.settings import Settings
 from services.query_api.auth import PRINCIPAL_STATE, Principal, Unauthorized
 from services.query_api.metrics import REJECTED
@@ -27,14 +27,6 @@ from services.query_api.schemas import QueryRequest
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BODILESS_METHODS = frozenset({"GET", "HEAD"})
 _NO_KEY = Principal(Caller(), None)  # anonymous at admission; the route still checks
-
-
-def is_json(content_type: str) -> bool:
-    """application/json or any application/*+json media type (parameters ignored)."""
-    message = Message()
-    message["content-type"] = content_type
-    main, _, sub = message.get_content_type().partition("/")
-    return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
 class BodyLimits:
@@ -79,7 +71,12 @@ class BodyLimits:
                 return Problem(413, "Content Too Large", self._too_large(int(length)))
         has_body = (length is not None and length != "0") or "transfer-encoding" in headers
         content_type = headers.get("content-type")
-        if method in _BODY_METHODS and has_body and content_type and not is_json(content_type):
+        if (
+            method in _BODY_METHODS
+            and has_body
+            and content_type
+            and not is_json_media_type(content_type)
+        ):
             detail = f"send application/json, not {content_type[:100]}"
             return Problem(415, "Unsupported Media Type", detail)
         return None

@@ -118,11 +118,19 @@ class Operations:
             raise Problem(404, "Document not found", "no live document with this id is visible")
         return found
 
-    async def ingest(self, body: Any, caller: Caller) -> IngestAccepted:
+    async def ingest(
+        self, body: Any, caller: Caller, *, content_type: str | None = None
+    ) -> IngestAccepted:
         """Validate document events and publish them to the documents topic (all or none). A
-        non-admin key writes only into its own tenant: events without a tenant get the key's."""
+        non-admin key writes only into its own tenant: events without a tenant get the key's.
+        ``content_type``: CloudEvents (structured, batch) are converted to document events
+        first (services/core/cloudevents.py); anything else is the native contract."""
         events, problems = validate_batch(
-            body, self.settings.max_document_bytes, self.settings.ingest_max_events
+            body,
+            self.settings.max_document_bytes,
+            self.settings.ingest_max_events,
+            content_type=content_type,
+            types=self.settings.cloudevent_types,
         )
         if problems:
             detail = f"{len(problems)} invalid event(s); nothing was published"

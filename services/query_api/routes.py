@@ -149,13 +149,23 @@ async def get_document(
     dependencies=[INGEST],
 )
 async def post_documents(
+    request: Request,
     ops: OpsDep,
     caller: CallerDep,
-    body: Annotated[Any, Body(description="One document event v1, or a list of them.")],
+    body: Annotated[
+        Any,
+        Body(
+            description="One document event v1, or a list of them (application/json); one "
+            "CloudEvent 1.0 (application/cloudevents+json) or a list of them "
+            "(application/cloudevents-batch+json)."
+        ),
+    ],
 ) -> IngestAccepted:
     """Validate document events and publish them to the documents topic (all or none). A
-    non-admin key writes only into its own tenant: events without a tenant get the key's."""
-    return await ops.ingest(body, caller)
+    non-admin key writes only into its own tenant: events without a tenant get the key's.
+    CloudEvents (structured or batch mode) are converted to document events first and
+    published in that form (docs/ingest.md, "CloudEvents")."""
+    return await ops.ingest(body, caller, content_type=request.headers.get("content-type"))
 
 
 @router.delete(

@@ -41,6 +41,7 @@ def env_for(settings: Settings) -> dict[str, str]:
         "KGSTREAM_SNAPSHOTS_TOPIC": settings.snapshots_topic,
         "KGSTREAM_CONSUMER_GROUP": settings.consumer_group,
         "KGSTREAM_MAX_DOCUMENT_BYTES": str(settings.max_document_bytes),
+        "KGSTREAM_CLOUDEVENTS_TYPES": settings.cloudevents_types,
         "KGSTREAM_INDEXER_STALL_AFTER_S": str(settings.indexer_stall_after_s),
         "KGSTREAM_LOG_LEVEL": "WARNING",
         # Tests run several workers on one host: each takes any free metrics port.
