@@ -147,9 +147,10 @@ async def test_the_sdk_client_lists_and_runs_the_tools(stack: Stack, infra: Infr
         document = payload(await client.call_tool("get_document", {"doc_id": stack.doc_id}))
         assert document["doc_id"] == stack.doc_id
         assert document["chunks"] >= 1
-        for line in json.loads(json.dumps(found["contexts"])):
-            if line["doc_id"] == stack.doc_id:
-                assert line["text"] in document["text"]
+        indexed = f"{document['title']}\n\n{document['text']}"  # the title leads chunk 1
+        for context in found["contexts"]:
+            if context["doc_id"] == stack.doc_id:
+                assert context["text"] in indexed
         assert document["tenant"] is None
         assert document["acl"] is None
 
