@@ -12,6 +12,7 @@ import pytest
 from services.core.contracts import event_problems, parse_document_event
 from services.core.errors import PermanentError
 from services.core.facts import ProvidedEntity, ProvidedRelationship
+from services.indexer.provided import provided_aliases, provided_mentions, provided_relations
 
 V1 = {
     "event_id": "e1",
@@ -155,3 +156,26 @@ def test_a_delete_carries_no_facts(field: str) -> None:
     }
     assert problems(delete) == []
     assert problems({**delete, field: V2[field]}) == [f"$.{field}: a delete carries no facts"]
+
+
+def test_provided_facts_become_mentions_aliases_and_relations_of_their_entities() -> None:
+    event = parse_document_event(json.dumps(V2).encode(), 1 << 20)
+    mentions = provided_mentions(event)
+    assert [(m.name, m.type, m.start) for m in mentions] == [
+        ("Acme Corp", "ORG", -2),
+        ("Acme Industries", "ORG", -3),
+        ("AI", "ORG", -4),
+        ("Jane Roe", "PERSON", -5),
+    ]
+    assert mentions[3].sentence == "Acme's buyer."
+    # "Acme Corp" normalises to "acme" (the corporate suffix goes).
+    assert provided_aliases(event, {}) == {"acme industries": "acme", "ai": "acme"}
+    # The publisher's word wins over the document's guessed short forms.
+    assert provided_aliases(event, {"ai": "artificial intelligence"})["ai"] == "acme"
+    (rel,) = provided_relations(event)
+    assert (rel.source, rel.target, rel.type, rel.strength) == (
+        "Jane Roe",
+        "Acme Corp",
+        "WORKS_AT",
+        0.5,
+    )
