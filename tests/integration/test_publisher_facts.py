@@ -204,6 +204,20 @@ async def test_a_new_version_replaces_the_facts_and_a_delete_removes_them(
     await equals_rebuild(env, url, [news])
 
 
+async def test_switching_to_provided_drops_what_was_extracted(env: Env, url: str) -> None:
+    text = "Jane Roe met Richard Nixon in Ohio."
+    extracted = event("doc-switch", text)
+    await ingest(env, url, [extracted])
+    assert "doc-switch: Richard Nixon -> Richard Nixon" in mentions(url, "extracted")
+    # The same text, not to be extracted any more: the document changes, and only its title's
+    # node and the provided fact are left.
+    provided = event("doc-switch", text, extraction="provided", entities=[ROE])
+    await ingest(env, url, [provided])
+    assert mentions(url, "extracted") == ["doc-switch: Record doc-switch -> Record doc-switch"]
+    assert mentions(url, "publisher") == ["doc-switch: Jane Roe -> Jane Roe"]
+    await equals_rebuild(env, url, [provided])
+
+
 async def test_a_curation_apply_writes_the_provided_facts_again(env: Env, url: str) -> None:
     first = order("doc-order3", "Purchase order 9 covers one boiler.", extraction="provided")
     memo = event("doc-memo3", "Jane Roe approved the order.")
