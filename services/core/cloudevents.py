@@ -32,6 +32,7 @@ from services.core.contracts import (
     structure_errors,
 )
 from services.core.errors import ConfigurationError, PermanentError
+from services.core.facts import FIELDS as FACT_FIELDS
 
 STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
@@ -39,7 +40,8 @@ SPECVERSION = "1.0"
 HEADER_PREFIX = "ce_"
 METADATA_KEY = "cloudevent"
 DEFAULT_TYPES = ".created=upsert,.updated=upsert,.upserted=upsert,.deleted=delete"
-DATA_FIELDS = ("title", "text", "metadata", "acl", "tenant", "version")
+# The document's fields, and the facts its publisher knows (a v2 event: services/core/facts.py).
+DATA_FIELDS = ("title", "text", "metadata", "acl", "tenant", "version", *FACT_FIELDS)
 # Context attributes that become native fields (the rest is kept in metadata.cloudevent).
 _MAPPED = frozenset({"specversion", "id", "subject", "time", "datacontenttype", "data"})
 _NAME = re.compile(r"^[a-z0-9]+$")  # CloudEvents 1.0: attribute names are [a-z0-9]
@@ -188,6 +190,8 @@ def to_native(obj: Mapping[str, Any], types: TypeMapping, received: datetime) ->
     }
     data = obj.get("data") or {}
     event.update({name: data[name] for name in DATA_FIELDS if name in data})
+    if any(name in data for name in FACT_FIELDS):
+        event["schema_version"] = 2  # the facts are v2's
     kept = {name: value for name, value in obj.items() if name not in _MAPPED}
     metadata = data.get("metadata", {})
     if isinstance(metadata, dict):  # else left for the native contract to name

@@ -20,6 +20,14 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from services.core.errors import PermanentError
+from services.core.facts import (
+    FIELDS,
+    Extraction,
+    ProvidedEntity,
+    ProvidedRelationship,
+    fact_problems,
+    stored_form,
+)
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 MAX_DEPTH = 32  # objects and arrays, the event itself counting as 1
@@ -38,8 +46,14 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
+# schema_version -> the schema that validates it; absent means 1. v2 is v1 plus the facts the
+# publisher already knows (services/core/facts.py): every v1 event stays valid as it is.
+SCHEMAS = {1: "document_event.v1", 2: "document_event.v2"}
+
+
 class DocumentEvent(BaseModel):
-    """A document event v1 after validation (internal, typed form of the wire object)."""
+    """A document event (v1 or v2) after validation (internal, typed form of the wire object).
+    A v1 event has no facts and extracts as usual."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -53,6 +67,14 @@ class DocumentEvent(BaseModel):
     acl: list[str] | None = None
     tenant: str | None = None
     occurred_at: datetime
+    extraction: Extraction = "auto"
+    entities: tuple[ProvidedEntity, ...] = ()
+    relationships: tuple[ProvidedRelationship, ...] = ()
+
+    def facts(self) -> str | None:
+        """The provided facts as the documents row keeps them; None when there are none and
+        the text is extracted as usual (services/core/facts.py ``stored_form``)."""
+        return stored_form(self.extraction, self.entities, self.relationships)
 
 
 def schema_errors(obj: object, schema: str = "document_event.v1") -> list[str]:
@@ -147,7 +169,7 @@ def _check(obj: object, max_bytes: int | None) -> DocumentEvent | list[str]:
         size = len(encode_event(obj))
         if size > max_bytes:
             return [f"oversize: {size} bytes, the limit is {max_bytes}"]
-    problems = schema_errors(obj)
+    problems = _contract_errors(obj)
     if problems:
         return problems
     try:
@@ -158,6 +180,20 @@ def _check(obj: object, max_bytes: int | None) -> DocumentEvent | list[str]:
     except OverflowError:
         return ["$.occurred_at: out of range once converted to UTC"]
     return event
+
+
+def _contract_errors(obj: object) -> list[str]:
+    """Violations of the schema the event's ``schema_version`` names, then of the facts' rules
+    JSON Schema cannot state."""
+    version = obj.get("schema_version", 1) if isinstance(obj, dict) else 1
+    if not isinstance(version, int) or isinstance(version, bool) or version not in SCHEMAS:
+        return [f"$.schema_version: {version!r} is not a known version {sorted(SCHEMAS)}"]
+    problems = schema_errors(obj, SCHEMAS[version])
+    if version == 1 and isinstance(obj, dict) and any(f in obj for f in FIELDS):
+        problems.append(f"$: {', '.join(FIELDS)} need schema_version 2")
+    if problems or version == 1 or not isinstance(obj, dict):
+        return problems
+    return fact_problems(obj)
 
 
 def parse_document_event(raw: bytes | str, max_bytes: int) -> DocumentEvent:

@@ -44,16 +44,30 @@ def document_text(event: DocumentEvent) -> str:
     return f"{event.title}\n\n{event.text}" if event.title else event.text
 
 
+def hash_salt(event: DocumentEvent) -> str:
+    """What the document's and its chunks' hashes are taken with besides their text: the title,
+    and the provided facts when there are any (services/core/facts.py). A chunk's extraction is
+    resolved with the document's facts (a provided alias names the same entity in the text), so
+    new facts make every chunk new, as a new title does; a v1 event hashes as it always did."""
+    facts = event.facts()
+    return event.title if facts is None else f"{event.title}\x00{facts}"
+
+
 async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentEvent) -> UpsertPlan:
     """Chunk the new version and find what is new; duplicates and stale events plan no work."""
-    doc_hash = content_hash(event.title, event.text)
-    planned = _dedupe_chunks(event.title, deps.chunker.split(document_text(event)))
+    salt = hash_salt(event)
+    doc_hash = content_hash(salt, event.text)
+    planned = _dedupe_chunks(salt, deps.chunker.split(document_text(event)))
     if len(planned) > deps.max_document_chunks:
         raise PermanentError(
             "oversize",
             f"{len(planned)} chunks; the limit is {deps.max_document_chunks}"
             " (KGSTREAM_MAX_DOCUMENT_CHUNKS)",
         )
+    if not planned and (event.entities or event.relationships):
+        # Provided facts live on the document's first chunk (services/indexer/provided.py).
+        detail = "$.entities: a document with neither title nor text carries no facts"
+        raise PermanentError("contract_violation", detail)
     if await already_processed(conn, event.event_id):
         return UpsertPlan(event, doc_hash, planned, [], duplicate=True)
     stored = await stored_doc(conn, event.doc_id, lock=False, max_skew_s=deps.max_clock_skew_s)
@@ -72,7 +86,8 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[WriteP
     embed_inputs: list[str] = []
     for plan in plans:
         for _, chunk in plan.fresh:
-            texts.append(chunk.text)
+            if extracts(plan):
+                texts.append(chunk.text)
             # Later chunks do not contain the title; prefix it so their vectors know the subject.
             embed_inputs.append(
                 chunk.text if chunk.ord == 0 else f"{plan.event.title}\n{chunk.text}"
@@ -80,12 +95,12 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[WriteP
     embeddings: list[list[float]] = []
     extractions: list[Extraction] = []
     meter = deps.observer
-    if texts:
+    if embed_inputs:
         # Side by side: onnxruntime releases the GIL while it embeds, so the extractor's thread
         # (deps.extract_executor) works meanwhile; the batch waits for the slower of the two.
         embedding = asyncio.create_task(_embed_chunks(deps, embed_inputs))
         try:
-            extractions = await _extract(deps, texts)
+            extractions = await _extract(deps, texts) if texts else []
         except BaseException:
             embedding.cancel()  # no further slices; one already running ends on its own
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -93,13 +108,14 @@ async def compute(deps: IndexerDeps, plans: Sequence[UpsertPlan]) -> list[WriteP
             raise
         embeddings = await embedding
     per_plan: list[dict[str, tuple[Sequence[float], Extraction]]] = []
-    at = 0
+    vectors, extracted = iter(embeddings), iter(extractions)
     for plan in plans:
-        n = len(plan.fresh)
         per_plan.append(
-            {h: (embeddings[at + i], extractions[at + i]) for i, (h, _) in enumerate(plan.fresh)}
+            {
+                h: (next(vectors), next(extracted) if extracts(plan) else NOTHING)
+                for h, _ in plan.fresh
+            }
         )
-        at += n
     with timed(meter, "resolve"):
         return await _write_plans(deps, plans, per_plan)
 
@@ -110,10 +126,20 @@ async def recompute(
     """A stored document's write plan under the curations in force (services/indexer/
     curation_apply.py): every chunk of ``plan`` (all ``fresh``) extracted again from its stored
     text, as an ingest would (an LLM extractor is asked again), with its stored embedding."""
-    extractions = await _extract(deps, [c.text for _, c in plan.fresh])
+    texts = [c.text for _, c in plan.fresh] if extracts(plan) else []
+    extractions = await _extract(deps, texts) if texts else [NOTHING] * len(plan.fresh)
     computed = {h: (embeddings[h], x) for (h, _), x in zip(plan.fresh, extractions, strict=True)}
     with timed(deps.observer, "resolve"):
         return (await _write_plans(deps, [plan], [computed]))[0]
+
+
+NOTHING = Extraction(entities=[], relations=[])
+
+
+def extracts(plan: UpsertPlan) -> bool:
+    """Does the extractor read this document? Not when its publisher said its facts are all
+    provided (``extraction: "provided"``): no model call, no tokens."""
+    return plan.event.extraction == "auto"
 
 
 async def _embed_chunks(deps: IndexerDeps, inputs: list[str]) -> list[list[float]]:
@@ -246,11 +272,11 @@ async def _embed_in_slices(
     return out
 
 
-def _dedupe_chunks(title: str, chunks: Sequence[Chunk]) -> list[tuple[str, Chunk]]:
+def _dedupe_chunks(salt: str, chunks: Sequence[Chunk]) -> list[tuple[str, Chunk]]:
     out: list[tuple[str, Chunk]] = []
     seen: set[str] = set()
     for c in chunks:
-        h = content_hash(title, c.text)
+        h = content_hash(salt, c.text)
         if h not in seen:
             seen.add(h)
             out.append((h, c))

@@ -18,6 +18,7 @@ again for each of their chunks)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -39,6 +40,7 @@ from services.core.curations import (
     todo,
 )
 from services.core.errors import PermanentError, StaleComputeError, TransientError
+from services.core.facts import from_stored
 from services.core.failures import is_transient
 from services.indexer.compute import recompute
 from services.indexer.deps import IndexerDeps
@@ -51,7 +53,9 @@ log = logging.getLogger(__name__)
 APPLIER_LOCK = 0x6B6763757261
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:k)")
 _UNLOCK = text("SELECT pg_advisory_unlock(:k)")
-_DOCUMENT = text("SELECT title, content_hash, deleted FROM documents WHERE doc_id = :d")
+_DOCUMENT = text(
+    "SELECT title, content_hash, deleted, facts::text AS facts FROM documents WHERE doc_id = :d"
+)
 _CHUNKS = text(
     "SELECT content_hash, ord, text, start_char, end_char, token_count FROM chunks"
     " WHERE doc_id = :d ORDER BY ord"
@@ -193,6 +197,8 @@ async def resolve_again(
             doc_id=doc_id,
             title=str(doc.title),
             occurred_at=datetime.now(UTC),
+            # The publisher's facts as stored: resolved again with the rest of the document.
+            **from_stored(json.loads(doc.facts) if doc.facts else None),
         )
         plan = UpsertPlan(event, str(doc.content_hash), chunks, chunks)
         # The write keeps the chunks and their vectors: no embedding is needed.

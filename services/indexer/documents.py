@@ -88,16 +88,16 @@ async def write_document(
     conn: AsyncConnection, event: DocumentEvent, doc_hash: str | None, *, deleted: bool
 ) -> None:
     """Insert or update the documents row; a delete keeps tenant, title and metadata as a
-    tombstone (the tenant still owns the id: it may create it again, other tenants' keys may
-    not). A delete of an id never stored leaves a tombstone with the event's tenant. A
-    tombstone keeps the greatest version and time it has seen (a delete without a version
-    keeps the stored one; the time never moves back, nor ahead of now), so no upsert
-    published before the delete can come back, by version or by time."""
+    tombstone, without the provided facts (the tenant still owns the id: it may create it
+    again, other tenants' keys may not). A delete of an id never stored leaves a tombstone
+    with the event's tenant. A tombstone keeps the greatest version and time it has seen (a
+    delete without a version keeps the stored one; the time never moves back, nor ahead of
+    now), so no upsert published before the delete can come back, by version or by time."""
     await conn.execute(
         text(
             "INSERT INTO documents (doc_id, tenant, title, version, content_hash, metadata, acl,"
-            " occurred_at, deleted, last_event_id) VALUES (:d, :tn, :t, :v, :h,"
-            " CAST(:m AS jsonb), :acl, :at, :del, :e)"
+            " occurred_at, deleted, last_event_id, facts) VALUES (:d, :tn, :t, :v, :h,"
+            " CAST(:m AS jsonb), :acl, :at, :del, :e, CAST(:f AS jsonb))"
             " ON CONFLICT (doc_id) DO UPDATE SET"
             " tenant = CASE WHEN EXCLUDED.deleted THEN documents.tenant ELSE EXCLUDED.tenant END,"
             " title = CASE WHEN EXCLUDED.deleted THEN documents.title ELSE EXCLUDED.title END,"
@@ -110,7 +110,7 @@ async def write_document(
             "  GREATEST(EXCLUDED.occurred_at, LEAST(documents.occurred_at, now()))"
             "  ELSE EXCLUDED.occurred_at END,"
             " deleted = EXCLUDED.deleted,"
-            " last_event_id = EXCLUDED.last_event_id, updated_at = now()"
+            " last_event_id = EXCLUDED.last_event_id, facts = EXCLUDED.facts, updated_at = now()"
         ),
         {
             "d": event.doc_id,
@@ -123,6 +123,7 @@ async def write_document(
             "at": event.occurred_at,
             "del": deleted,
             "e": event.event_id,
+            "f": event.facts(),
         },
     )
 

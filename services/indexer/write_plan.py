@@ -19,6 +19,13 @@ from services.core.contracts import DocumentEvent
 from services.core.curation_rules import NO_RULES, CurationRules
 from services.core.extraction import ExtractedEntity, ExtractedRelation, Extraction
 from services.core.normalize import entity_key
+from services.indexer.provided import (
+    EXTRACTED,
+    PUBLISHER,
+    provided_aliases,
+    provided_mentions,
+    provided_relations,
+)
 from services.indexer.resolution import (
     Decisions,
     ResolverConfig,
@@ -67,6 +74,7 @@ class MentionRow:
     end: int
     sentence: str
     alias_key: str
+    origin: str = EXTRACTED
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,8 @@ class WritePlan:
     mentions: Sequence[MentionRow]
     # (diff hash of its chunk, the relation with its ends as surface keys)
     relations: Sequence[tuple[str, ExtractedRelation]]
+    # The same for the publisher's relationships (services/indexer/provided.py)
+    provided_relations: Sequence[tuple[str, ExtractedRelation]]
     tokens: Sequence[TokenTotal]
     decisions: Decisions = field(default_factory=dict)
     # The curations it was resolved under: the transaction checks they are still in force.
@@ -131,8 +141,10 @@ def build_write_plan(
     # Short forms resolve against the whole document, kept chunks included, exactly as a
     # rebuild from scratch would see it.
     entities_of = {h: with_title(title, computed[h][1]).entities for h in fresh}
-    whole = [*(e for h, _ in diff.fresh for e in entities_of[h]), *kept_mentions]
-    canonical, forced = rules.canonical(local_canonical(whole), {entity_key(e.name) for e in whole})
+    given = provided_mentions(diff.event)
+    whole = [*(e for h, _ in diff.fresh for e in entities_of[h]), *kept_mentions, *given]
+    local = provided_aliases(diff.event, local_canonical(whole))
+    canonical, forced = rules.canonical(local, {entity_key(e.name) for e in whole})
     new: list[NewChunk] = []
     mentions: list[MentionRow] = []
     relations: list[tuple[str, ExtractedRelation]] = []
@@ -162,6 +174,29 @@ def build_write_plan(
             u = extraction.usage
             prompt, completion = tokens.get(u.model, (0, 0))
             tokens[u.model] = (prompt + u.prompt_tokens, completion + u.completion_tokens)
+    # The publisher's facts live on the first chunk, and with it: written when it is new.
+    anchor = diff.planned[0][0] if diff.planned else None
+    given_relations: list[tuple[str, ExtractedRelation]] = []
+    if anchor in fresh and given:
+        mentioned += given
+        mentions += [
+            MentionRow(
+                anchor,
+                resolved(e.name),
+                e.name,
+                e.type,
+                e.start,
+                e.end,
+                e.sentence,
+                entity_key(e.name),
+                PUBLISHER,
+            )
+            for e in given
+        ]
+        given_relations = [
+            (anchor, replace(r, source=resolved(r.source), target=resolved(r.target)))
+            for r in provided_relations(diff.event)
+        ]
     return WritePlan(
         event=diff.event,
         doc_hash=diff.doc_hash,
@@ -174,6 +209,7 @@ def build_write_plan(
         resolver=resolver,
         mentions=mentions,
         relations=relations,
+        provided_relations=given_relations,
         tokens=[TokenTotal(m, p, c) for m, (p, c) in sorted(tokens.items())],
         rules=rules,
     )

@@ -22,9 +22,10 @@ from services.query_api.lexical import (
 from services.query_api.neighbourhood import bridge_step
 from services.query_api.visibility import VISIBLE_DOC_IDS, Filtered
 
-# The entities a passage is about: its document's title (resolution.with_title, no offsets).
+# The entities a passage is about: its document's title (resolution.with_title, at -1; the
+# publisher's facts sit at -2, -3, ...: services/indexer/provided.py).
 _TOPICS = text(
-    "SELECT chunk_id, entity_id FROM mentions WHERE chunk_id = ANY(:c) AND start_char < 0"
+    "SELECT chunk_id, entity_id FROM mentions WHERE chunk_id = ANY(:c) AND start_char = -1"
 )
 # What a step needs of the passages it reached, in one statement (three had cost a round trip
 # each, nine steps a question): the question's cosine (fusion), which of the question's terms
@@ -32,7 +33,7 @@ _TOPICS = text(
 _REACHED = (
     "SELECT c.id, 1 - (c.embedding <=> CAST(:q AS vector)), "  # noqa: S608 - constants
     + TERMS_OF_CHUNK
-    + ", ARRAY(SELECT m.entity_id FROM mentions m WHERE m.chunk_id = c.id AND m.start_char < 0)"
+    + ", ARRAY(SELECT m.entity_id FROM mentions m WHERE m.chunk_id = c.id AND m.start_char = -1)"
     " FROM chunks c WHERE c.id = ANY(:ids)"
 )
 _REACHED_FACTS = Filtered.of(_REACHED, _REACHED + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")")

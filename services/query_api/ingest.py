@@ -1,6 +1,6 @@
 """HTTP ingest: document events validated against the same contract as `kgstream publish`
-(schemas/document_event.v1.json) and published to the documents topic keyed by doc_id. All or
-nothing: every event is checked (contract and wire size) before any is sent, and one invalid
+(schemas/document_event.v1.json, v2) and published to the documents topic keyed by doc_id. All
+or nothing: every event is checked (contract and wire size) before any is sent, and one invalid
 event means none is published. CloudEvents 1.0 (structured or batch) are converted to native
 events first (services/core/cloudevents.py) and published in the native form."""
 

@@ -257,6 +257,9 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         " event: doc_id and text are required; title, metadata (an object), acl (groups that"
         " may read it), tenant and version (an integer that only grows per doc_id) are"
         " optional. event_id, type (upsert) and occurred_at (now) are filled in when absent."
+        " Facts you already know can go with it (schema_version 2): entities (name, type such"
+        " as PERSON or ORG, aliases) and relationships (source, target, type, weight), and"
+        " extraction: provided to skip reading the text for more."
         " All or none are accepted; indexing is asynchronous: pass a returned event_id as"
         " after_event to search or answer to read your own write.",
         annotations=ToolAnnotations(

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,16 +25,14 @@ from services.core.curations import CurationError, create, list_all, undo
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
-from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
 from services.indexer.handlers import prepare_batch, write_batch
 from services.query_api import neighbourhood
-from services.query_api.app import create_app
-from services.query_api.service import build_query_service
 from tests.conftest import Infra
 from tests.integration import test_graph_properties as props
 from tests.integration.test_graph_properties import Step
+from tests.support.api_client import api_client
 from tests.support.cli import kgstream
 from tests.support.graph import (
     apply_events,
@@ -491,16 +488,9 @@ async def test_curations_api_records_the_key_and_answers_problems(
     try:
         await ingest(env, url, [ZEDONG, NIXON])
         row, key = await create_key(engine, ["admin"], name="ops")
-        settings = Settings(
-            home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap,
-            auth="required",
-        )  # fmt: skip
-        service = build_query_service(settings, engine, embedder, extractor, cpu_pool)
-        app = create_app(settings, Endpoints(url, infra.bootstrap), service=service)
+        models = (embedder, extractor, cpu_pool)
         headers = {"Authorization": f"Bearer {key}"}
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers
-        ) as client:
+        async with api_client(infra, url, engine, models, headers) as client:
             body = {"kind": "merge", "name": "Mao Zedong", "other": "Mao", "reason": "one man"}
             made = await client.post("/v1/curations", json=body)
             assert made.status_code == 201, made.text
@@ -542,7 +532,6 @@ async def test_curations_api_records_the_key_and_answers_problems(
             listed = (await client.get("/v1/curations")).json()["curations"]
             assert [(c["id"], c["status"]) for c in listed] == [(rule["id"], "undone")]
             assert surface_entity(url, "doc-nixon", "Mao") == "Mao"
-            await asyncio.to_thread(app.state.publisher.close)
     finally:
         await engine.dispose()
         drop_database(url)

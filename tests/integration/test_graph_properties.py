@@ -43,6 +43,7 @@ from tests.support.property_corpus import (
     T0,
     Env,
     SentenceChunker,
+    corpus_facts,
     corpus_text,
 )
 
@@ -103,7 +104,13 @@ class DocModel:
     @property
     def live_text(self) -> str | None:
         cur = self.current
-        return None if cur is None or cur["type"] == "delete" else str(cur["text"])
+        return None if cur is None or cur["type"] == "delete" else content(cur)
+
+
+def content(event: dict[str, Any]) -> str:
+    """What decides whether an upsert changes its document: its text and provided facts."""
+    facts = {k: event[k] for k in ("extraction", "entities", "relationships") if k in event}
+    return f"{event['text']}\x00{facts}"
 
 
 @dataclass
@@ -131,6 +138,7 @@ class Planner:
         if kind == "upsert":
             ev["title"] = CORPUS[doc_id][0]
             ev["text"] = corpus_text(doc_id, variant)
+            ev.update(corpus_facts(doc_id, variant))
         return ev
 
     def add(self, step: Step) -> None:
@@ -153,7 +161,7 @@ class Planner:
         m.max_version = max(m.max_version, version or 0)
         m.events.append(ev)
         if step.kind == "upsert":
-            changed = m.live_text != ev["text"]
+            changed = m.live_text != content(ev)
             outcome = "applied" if changed else "unchanged"
         else:
             changed = not m.deleted
@@ -192,7 +200,7 @@ class Planner:
         if cur is None or cur["type"] != "upsert" or "version" not in cur:
             return None
         ev = self.event(step.doc_id, "upsert", step.variant, int(cur["version"]))
-        return ev, "unchanged" if ev["text"] == cur["text"] else "stale"
+        return ev, "unchanged" if content(ev) == content(cur) else "stale"
 
 
 def plan(steps: Sequence[Step]) -> Planner:
@@ -293,10 +301,13 @@ def test_corpus_is_unambiguous(env: Env) -> None:
         for i in range(len(variants)):
             chunks = chunker.split(f"{title}\n\n{corpus_text(doc_id, i)}")
             assert [c.text for c in chunks[1:]] == variants[i][1:]
+            provided = corpus_facts(doc_id, i).get("entities", [])
+            given = [(n, e["type"]) for e in provided for n in (e["name"], *e.get("aliases", ()))]
             for x in env.extractor.extract([c.text for c in chunks]):
-                for ent in with_title(title, x).entities:
-                    names.add(ent.name)
-                    groups.setdefault(entity_key(ent.name), set()).add(type_group(ent.type))
+                found = [(e.name, e.type) for e in with_title(title, x).entities]
+                for name, kind in found + given:
+                    names.add(name)
+                    groups.setdefault(entity_key(name), set()).add(type_group(kind))
     mixed = {k: g for k, g in groups.items() if len(g - {"ANY"}) > 1}
     assert not mixed, f"names with more than one type group: {mixed}"
     keys = sorted(groups)

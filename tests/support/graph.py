@@ -44,12 +44,12 @@ _ENDPOINTS = (
 # One query per table; every row is named by content (names, hashes, texts), never by id, so
 # two databases built in different orders compare equal when they hold the same graph.
 _CANONICAL: dict[str, str] = {
-    "documents": "SELECT doc_id, content_hash FROM documents WHERE NOT deleted",
+    "documents": "SELECT doc_id, content_hash, facts::text FROM documents WHERE NOT deleted",
     "chunks": "SELECT doc_id, ord, content_hash, text FROM chunks",
     "entities": "SELECT name, type, description, mention_count FROM entities",
     "mentions": (
         "SELECT m.doc_id, c.content_hash, e.name, m.surface, m.type, m.start_char, m.end_char,"
-        " m.sentence FROM mentions m JOIN entities e ON e.id = m.entity_id"
+        " m.sentence, m.origin FROM mentions m JOIN entities e ON e.id = m.entity_id"
         " JOIN chunks c ON c.id = m.chunk_id"
     ),
     "aliases": (
@@ -62,7 +62,7 @@ _CANONICAL: dict[str, str] = {
     ),
     "evidence": (
         f"SELECT {_ENDPOINTS}, r.type, v.doc_id, c.content_hash,"  # noqa: S608 - _ENDPOINTS is a constant
-        " round(v.strength::numeric, 6), v.sentence FROM relationship_evidence v"
+        " round(v.strength::numeric, 6), v.sentence, v.origin FROM relationship_evidence v"
         " JOIN relationships r ON r.id = v.relationship_id"
         " JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id"
         " JOIN chunks c ON c.id = v.chunk_id"

@@ -130,6 +130,38 @@ CORPUS: dict[str, tuple[str, list[list[str]]]] = {
         ],
     ),
 }
+# doc id -> variant -> the facts its publisher gives with it (document event v2): provided
+# entities that extraction finds too (Microsoft, Seattle), ones it does not (MSFT, FOUNDED), and
+# a variant that is not extracted at all. Variants without an entry are v1 events.
+FACTS: dict[str, dict[int, dict[str, Any]]] = {
+    "doc-microsoft": {
+        0: {
+            "entities": [
+                {"name": "Microsoft", "type": "ORG"},
+                {"name": "Bill Gates", "type": "PERSON", "description": "Co-founder."},
+            ],
+            "relationships": [{"source": "Bill Gates", "target": "Microsoft", "type": "FOUNDED"}],
+        },
+        2: {"entities": [{"name": "Microsoft", "type": "ORG", "aliases": ["MSFT"]}]},
+    },
+    "doc-seattle": {
+        1: {
+            "extraction": "provided",
+            "entities": [{"name": "Seattle", "type": "GPE"}, {"name": "Boeing", "type": "ORG"}],
+            "relationships": [
+                {"source": "Boeing", "target": "Seattle", "type": "FOUNDED_IN", "weight": 0.8}
+            ],
+        },
+    },
+    "doc-toyota": {
+        1: {
+            "entities": [{"name": "Toyota", "type": "ORG"}, {"name": "Volkswagen", "type": "ORG"}],
+            "relationships": [
+                {"source": "Toyota", "target": "Volkswagen", "type": "COMPETES_WITH"}
+            ],
+        },
+    },
+}
 DOC_IDS = sorted(CORPUS)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 _SENTENCE_END = re.compile(r"(?<=\.)\s+")
@@ -233,6 +265,12 @@ def corpus_text(doc_id: str, variant: int) -> str:
     """The text of a document's variant (variants cycle)."""
     variants = CORPUS[doc_id][1]
     return " ".join(variants[variant % len(variants)])
+
+
+def corpus_facts(doc_id: str, variant: int) -> dict[str, Any]:
+    """The v2 fields of a document's variant (with ``schema_version``), or none."""
+    facts = FACTS.get(doc_id, {}).get(variant % len(CORPUS[doc_id][1]))
+    return {"schema_version": 2, **facts} if facts else {}
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,27 @@ def test_a_structured_event_becomes_a_native_one_that_passes_the_contract() -> N
     assert event_problems(event, 10_000) == []
 
 
+def test_facts_in_data_make_a_v2_event() -> None:
+    facts = {
+        "extraction": "provided",
+        "entities": [
+            {"name": "Acme Corp", "type": "ORG"},
+            {"name": "Jane Roe", "type": "PERSON", "aliases": ["J. Roe"]},
+        ],
+        "relationships": [{"source": "Jane Roe", "target": "Acme Corp", "type": "WORKS_FOR"}],
+    }
+    event, problems = converted({**CE, "data": {**CE["data"], **facts}})
+    assert problems == []
+    assert event["schema_version"] == 2
+    assert {name: event[name] for name in facts} == facts
+    assert event_problems(event, 10_000) == []
+    _, bad = converted(
+        {**CE, "data": {**CE["data"], "relationships": [{"source": "X", "target": "Y"}]}}
+    )
+    assert bad
+    assert all(p.startswith("$.data.relationships[0]") for p in bad), bad
+
+
 @pytest.mark.parametrize(
     ("ce_type", "action"),
     [

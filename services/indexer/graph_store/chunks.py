@@ -23,6 +23,7 @@ _MENTIONS = BulkInsert(
         ("start_char", "int"),
         ("end_char", "int"),
         ("sentence", "text"),
+        ("origin", "text"),
     ),
     "ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING",
 )
@@ -120,14 +121,24 @@ async def insert_mentions(
 ) -> set[int]:
     """Insert the mentions whose surface resolved to an entity, and their surfaces as aliases;
     return the entities they name."""
-    rows: list[tuple[int, int, str, str, str, int, int, str]] = []
+    rows: list[tuple[int, int, str, str, str, int, int, str, str]] = []
     alias_keys: dict[tuple[int, str], str] = {}
     for m in mentions:
         eid = entity_ids.get(m.key)
         if eid is None:
             continue
         rows.append(
-            (eid, chunk_ids[m.chunk], doc_id, m.surface, m.type, m.start, m.end, m.sentence)
+            (
+                eid,
+                chunk_ids[m.chunk],
+                doc_id,
+                m.surface,
+                m.type,
+                m.start,
+                m.end,
+                m.sentence,
+                m.origin,
+            )
         )
         alias_keys[(eid, m.surface)] = m.alias_key
     # In entity order (graph_store/locks.py, rule 3); stable: duplicates keep their order.

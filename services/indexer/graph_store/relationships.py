@@ -14,6 +14,7 @@ from services.core.errors import StaleComputeError
 from services.core.extraction import ExtractedRelation
 from services.indexer.graph_store.changes import ChangeSet
 from services.indexer.graph_store.locks import EXISTING_RELATIONSHIPS
+from services.indexer.provided import EXTRACTED
 
 Edge = tuple[int, int, str]  # (source entity, target entity, type)
 
@@ -25,6 +26,7 @@ _EVIDENCE = BulkInsert(
         ("doc_id", "text"),
         ("strength", "float8"),
         ("sentence", "text"),
+        ("origin", "text"),
     ),
 )
 _INSERT = text(
@@ -47,12 +49,13 @@ async def add_relationships(
     entity_ids: Mapping[str, int],
     chunk_ids: Mapping[str, int],
     changes: ChangeSet,
+    origin: str = EXTRACTED,
 ) -> set[int]:
     """Insert the evidence of every relation (diff hash of its chunk, the relation with its ends
     as surface keys) whose ends resolved to two entities; return the relationships it
-    supports."""
+    supports. ``origin``: where the relations come from (services/indexer/provided.py)."""
     # (relationship, chunk) -> (doc, strongest strength, first sentence): one evidence row each.
-    edge_rows: dict[Edge, dict[int, tuple[str, float, str]]] = {}
+    edge_rows: dict[Edge, dict[int, tuple[str, float, str, str]]] = {}
     for chunk_hash, rel in relations:
         s, t = entity_ids.get(rel.source), entity_ids.get(rel.target)
         if s is None or t is None or s == t:
@@ -64,7 +67,7 @@ async def add_relationships(
         kept = per_chunk.get(chunk)
         strength = rel.strength if kept is None else max(kept[1], rel.strength)
         sentence = rel.sentence if kept is None else kept[2]
-        per_chunk[chunk] = (doc_id, strength, sentence)
+        per_chunk[chunk] = (doc_id, strength, sentence, origin)
     rel_ids = await _upsert_relationships(conn, sorted(edge_rows), changes)
     evidence = sorted(  # by relationship id (graph_store/locks.py, rule 3)
         (rel_ids[edge], chunk, *row)

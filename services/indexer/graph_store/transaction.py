@@ -4,6 +4,10 @@ is the order of graph_store/locks.py's rules."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from services.core.contracts import DocumentEvent
 from services.core.curations import hold_rules, settle
 from services.core.errors import StaleComputeError
@@ -29,6 +33,7 @@ from services.indexer.graph_store.entities import resolve_entities
 from services.indexer.graph_store.rebuild import rebuild
 from services.indexer.graph_store.relationships import add_relationships
 from services.indexer.ordering import decide_delete, decide_upsert
+from services.indexer.provided import EXTRACTED, PUBLISHER
 from services.indexer.write_plan import WritePlan
 
 
@@ -70,20 +75,9 @@ async def write_upsert(
             await hold_rules(conn, plan.rules)
             chunk_ids = await insert_chunks(conn, event.doc_id, plan.new)
             # Rules 2 and 3: creation locks, then key-share locks on what it refers to.
-            resolved = await resolve_entities(conn, plan)
-            changes.nodes_added |= resolved.added
-            changes.retype.update(resolved.retype)
-            ents |= await insert_mentions(
-                conn, event.doc_id, plan.mentions, resolved.ids, chunk_ids
-            )
-            rels |= await add_relationships(
-                conn,
-                doc_id=event.doc_id,
-                relations=plan.relations,
-                entity_ids=resolved.ids,
-                chunk_ids=chunk_ids,
-                changes=changes,
-            )
+            named, related = await _write_facts(conn, plan, chunk_ids, changes)
+            ents |= named
+            rels |= related
         await record_token_usage(conn, event.doc_id, plan.tokens)
         # Rules 4 and 5, last: the shared rows stay locked from here to commit.
         await rebuild(conn, ents, rels, changes, removed_evidence=bool(removed))
@@ -135,20 +129,35 @@ async def write_reresolve(deps: IndexerDeps, plan: WritePlan) -> bool:
         ents, rels = await clear_extraction(conn, sorted(current.values()))
         chunk_ids = {c.diff_hash: current[c.diff_hash] for c in plan.new}
         changes = ChangeSet()
-        resolved = await resolve_entities(conn, plan)
-        changes.nodes_added |= resolved.added
-        changes.retype.update(resolved.retype)
-        ents |= await insert_mentions(conn, doc_id, plan.mentions, resolved.ids, chunk_ids)
-        rels |= await add_relationships(
-            conn,
-            doc_id=doc_id,
-            relations=plan.relations,
-            entity_ids=resolved.ids,
-            chunk_ids=chunk_ids,
-            changes=changes,
-        )
+        named, related = await _write_facts(conn, plan, chunk_ids, changes)
+        ents |= named
+        rels |= related
         await record_token_usage(conn, doc_id, plan.tokens)
         await rebuild(conn, ents, rels, changes, removed_evidence=True)
         await log_changes(conn, changes, doc_id, plan.event.event_id)
         await settle(conn, doc_id)
     return True
+
+
+async def _write_facts(
+    conn: AsyncConnection, plan: WritePlan, chunk_ids: Mapping[str, int], changes: ChangeSet
+) -> tuple[set[int], set[int]]:
+    """Resolve the plan's surfaces, then write its mentions and the evidence of its extracted
+    and provided relations; return the entities and relationships they touched."""
+    doc_id = plan.event.doc_id
+    resolved = await resolve_entities(conn, plan)
+    changes.nodes_added |= resolved.added
+    changes.retype.update(resolved.retype)
+    ents = await insert_mentions(conn, doc_id, plan.mentions, resolved.ids, chunk_ids)
+    rels: set[int] = set()
+    for origin, relations in ((EXTRACTED, plan.relations), (PUBLISHER, plan.provided_relations)):
+        rels |= await add_relationships(
+            conn,
+            doc_id=doc_id,
+            relations=relations,
+            entity_ids=resolved.ids,
+            chunk_ids=chunk_ids,
+            changes=changes,
+            origin=origin,
+        )
+    return ents, rels
