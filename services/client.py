@@ -9,16 +9,21 @@ same API for asyncio code.
         accepted = kg.ingest([{"doc_id": "memo-1", "text": "..."}])
         answer = kg.query("Who wrote the memo?", after_event=accepted.event_ids[-1])
 
-Every call is safe to repeat, so every call is retried: queries and look-ups read; ingest
-sends events whose ids make a replay a no-op; a curation made twice is the one in force; a
-repeated delete is another "gone as of now". An answer the API refuses is raised as
+Retried (``Retry``): a 429, refused before any work, always; a 503 and a connection lost
+before the answer for every call but a delete, because they are safe to repeat (queries and
+look-ups read; ingest sends events whose ids make a replay a no-op; a curation made twice is
+the one in force), while a second delete would be "gone as of" a later time, over an upsert
+made in between; a connection never made, always; a read timeout never (the work may still
+run). An answer the API refuses is raised as
 ``ApiError`` with the problem document's status, title, detail and per-item errors."""
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import itertools
+import math
 import random
 import time
 import uuid
@@ -77,17 +82,31 @@ class Retry:
     base_s: float = 0.5
     max_wait_s: float = 30.0
 
-    def wait(self, attempt: int, response: httpx.Response | None = None) -> float | None:
-        """Seconds to wait before trying again after try ``attempt`` (0-based) failed to
-        connect (no ``response``) or answered ``response``; None: this answer stands (a
-        success, a refusal that is not 429/503, or the last try)."""
+    def wait(
+        self,
+        attempt: int,
+        call: Call[Any],
+        response: httpx.Response | None = None,
+        error: httpx.TransportError | None = None,
+    ) -> float | None:
+        """Seconds to wait before trying ``call`` again after try ``attempt`` (0-based)
+        answered ``response`` or failed with ``error``; None: this outcome stands. Retried:
+        a 429 (refused before any work); a 503 when the call is repeatable; a connection that
+        was never made; a connection lost before the answer when the call is repeatable.
+        Never a read timeout: the work (an LLM answer, say) may be running still."""
         if attempt >= self.attempts - 1:
             return None
-        if response is None:
+        if error is not None:
+            sent = not isinstance(error, httpx.ConnectError | httpx.ConnectTimeout)
+            lost = isinstance(error, httpx.ReadError | httpx.WriteError | httpx.RemoteProtocolError)
+            if sent and not (lost and call.repeatable):
+                return None
             return self.delay(attempt, None)
-        if response.status_code not in RETRIED:
+        if response is None:
             return None
-        return self.delay(attempt, retry_after(response))
+        if response.status_code == 429 or (response.status_code == 503 and call.repeatable):
+            return self.delay(attempt, retry_after(response))
+        return None
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """The wait: Retry-After's (capped), else backoff with jitter."""
@@ -106,6 +125,9 @@ class Call(Generic[T]):
     params: Mapping[str, Any] = field(default_factory=dict)
     json: Any = None
     model: type[BaseModel] | None = None
+    # Whether the call may be sent again after it may have been received: every call but a
+    # delete (a second delete is "gone as of" a later time, over an upsert made meanwhile).
+    repeatable: bool = True
 
     def settle(self, response: httpx.Response) -> T:
         """The answer as the call's model, or ApiError for a refusal."""
@@ -167,7 +189,7 @@ def communities(*, level: int | None = None, limit: int = 100) -> Call[Communiti
 
 def document(doc_id: str) -> Call[DocumentRead]:
     """A live document the key may read, with its text (GET /v1/documents/{doc_id})."""
-    return Call("GET", f"/v1/documents/{quote(doc_id, safe='')}", model=DocumentRead)
+    return Call("GET", f"/v1/documents/{_segment(doc_id)}", model=DocumentRead)
 
 
 def ingest(events: Sequence[Mapping[str, Any]]) -> Call[IngestAccepted]:
@@ -188,7 +210,9 @@ def ingest(events: Sequence[Mapping[str, Any]]) -> Call[IngestAccepted]:
 
 def delete(doc_id: str) -> Call[IngestAccepted]:
     """Publish "this document is gone as of now" (DELETE /v1/documents/{doc_id})."""
-    return Call("DELETE", f"/v1/documents/{quote(doc_id, safe='')}", model=IngestAccepted)
+    return Call(
+        "DELETE", f"/v1/documents/{_segment(doc_id)}", model=IngestAccepted, repeatable=False
+    )
 
 
 def status() -> Call[dict[str, Any]]:
@@ -214,6 +238,13 @@ def undo(curation_id: int, *, reason: str = "") -> Call[CurationOut]:
     return Call("POST", f"/v1/curations/{curation_id}/undo", json=body, model=CurationOut)
 
 
+def _segment(doc_id: str) -> str:
+    """``doc_id`` as one path segment: every reserved character quoted, and the dots of "."
+    and ".." too, which URL normalisation would otherwise resolve away."""
+    quoted = quote(doc_id, safe="")
+    return quoted.replace(".", "%2E") if set(doc_id) == {"."} else quoted
+
+
 def _refusal(response: httpx.Response) -> ApiError:
     try:
         body = response.json()
@@ -231,19 +262,22 @@ def _refusal(response: httpx.Response) -> ApiError:
 
 
 def retry_after(response: httpx.Response) -> float | None:
-    """Retry-After in seconds: delta-seconds or an HTTP date (RFC 9110); None without one."""
+    """Retry-After in seconds: delta-seconds or an HTTP date (RFC 9110); None without a
+    usable one (absent, not finite, unreadable)."""
     value = response.headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # "-0000": UTC with no claim about the local zone
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -251,18 +285,18 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 
 def _sync(build: Callable[P, Call[T]]) -> Callable[Concatenate[Client, P], T]:
+    @functools.wraps(build)
     def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self.send(build(*args, **kwargs))
 
-    method.__name__, method.__doc__ = build.__name__, build.__doc__
     return method
 
 
 def _async(build: Callable[P, Call[T]]) -> Callable[Concatenate[AsyncClient, P], Awaitable[T]]:
+    @functools.wraps(build)
     async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self.send(build(*args, **kwargs))
 
-    method.__name__, method.__doc__ = build.__name__, build.__doc__
     return method
 
 
@@ -290,11 +324,11 @@ class Client:
                 response = self._http.request(
                     call.method, call.path, params=call.params, json=call.json
                 )
-            except httpx.TransportError:
-                if (wait := self.retry.wait(attempt)) is None:
+            except httpx.TransportError as exc:
+                if (wait := self.retry.wait(attempt, call, error=exc)) is None:
                     raise
             else:
-                if (wait := self.retry.wait(attempt, response)) is None:
+                if (wait := self.retry.wait(attempt, call, response)) is None:
                     return call.settle(response)
             time.sleep(wait)
         raise AssertionError("unreachable")
@@ -349,11 +383,11 @@ class AsyncClient:
                 response = await self._http.request(
                     call.method, call.path, params=call.params, json=call.json
                 )
-            except httpx.TransportError:
-                if (wait := self.retry.wait(attempt)) is None:
+            except httpx.TransportError as exc:
+                if (wait := self.retry.wait(attempt, call, error=exc)) is None:
                     raise
             else:
-                if (wait := self.retry.wait(attempt, response)) is None:
+                if (wait := self.retry.wait(attempt, call, response)) is None:
                     return call.settle(response)
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")

@@ -3,9 +3,12 @@ MCPServer). Its tools are the query process's operations (operations.py) under t
 keys, scopes, tenants and document ACLs as the HTTP routes: a tool runs as the caller of the
 request that carried it, and refuses what the caller's key may not do.
 
-Two transports: streamable HTTP at ``/mcp`` in the query API (``mount``; stateless, JSON
+Two transports: streamable HTTP at ``/mcp`` in the query API (``install``; stateless, JSON
 responses, so any API replica answers any request), and stdio for desktop agents
-(``kgstream mcp``, services/cli/mcp.py), which runs as one principal for its whole life."""
+(``kgstream mcp``, services/cli/mcp_stdio.py), which runs as one principal for its whole life.
+Arguments are checked as the HTTP routes check their parameters (ids without control
+characters, names without NUL, the same bounds); failures are the HTTP answer's status, title
+and detail as a tool error (``problems.as_problem``)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,6 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from services.core.errors import TransientError
 from services.core.settings import Settings
 from services.query_api.auth import (
     PRINCIPAL_STATE,
@@ -37,7 +39,7 @@ from services.query_api.auth import (
 )
 from services.query_api.documents import DocumentRead
 from services.query_api.operations import Operations
-from services.query_api.problems import Problem, problem
+from services.query_api.problems import as_problem, problem
 from services.query_api.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
@@ -46,6 +48,8 @@ from services.query_api.schemas import (
     Hop,
     IngestAccepted,
     Mode,
+    NoControl,
+    NoNul,
     PathsResponse,
     QueryRequest,
     QueryResponse,
@@ -140,6 +144,10 @@ Question = Annotated[str, Field(min_length=1, description="The question.")]
 ModeArg = Annotated[RequestMode, Field(description="auto|vector|local|global|path")]
 KArg = Annotated[int, Field(ge=1, le=50, description="Passages to retrieve.")]
 LevelArg = Annotated[int | None, Field(ge=0, le=16, description="Community level (global).")]
+DocId = Annotated[str, NoControl, Field(min_length=1, max_length=512, description="A doc_id.")]
+EntityRef = Annotated[
+    str, NoNul, Field(min_length=1, max_length=200, description="An entity id or name.")
+]
 AfterEvent = Annotated[
     str | None, Field(description="An event_id from ingest_documents: wait until it is indexed.")
 ]
@@ -204,7 +212,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         annotations=read_only,
     )
     async def get_entity(
-        entity: Annotated[str, Field(min_length=1, description="An entity id or a name.")],
+        entity: EntityRef,
         ctx: Context,
         neighbours: Annotated[int, Field(ge=0, le=200, description="How many.")] = 25,
     ) -> EntityDetail:
@@ -218,8 +226,8 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         annotations=read_only,
     )
     async def find_paths(
-        source: Annotated[str, Field(min_length=1, description="Entity id or name.")],
-        target: Annotated[str, Field(min_length=1, description="Entity id or name.")],
+        source: EntityRef,
+        target: EntityRef,
         ctx: Context,
         k: Annotated[int, Field(ge=1, le=10)] = 3,
         max_hops: Annotated[int, Field(ge=1, le=MAX_HOPS)] = MAX_HOPS,
@@ -236,7 +244,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
     async def list_communities(
         ctx: Context,
         level: Annotated[int | None, Field(ge=0, le=16, description="Omit for all.")] = None,
-        limit: Annotated[int, Field(ge=1, le=1000)] = 20,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 100,
     ) -> CommunitiesResponse:
         principal = caller_for("list_communities", ctx)
         return await _run(ops.communities(level, limit, principal.caller))
@@ -246,9 +254,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         " and text. Use it when a passage from search is not enough context.",
         annotations=read_only,
     )
-    async def get_document(
-        doc_id: Annotated[str, Field(min_length=1, max_length=512)], ctx: Context
-    ) -> DocumentRead:
+    async def get_document(doc_id: DocId, ctx: Context) -> DocumentRead:
         principal = caller_for("get_document", ctx)
         return await _run(ops.document(doc_id, principal.caller))
 
@@ -262,9 +268,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         " extraction: provided to skip reading the text for more."
         " All or none are accepted; indexing is asynchronous: pass a returned event_id as"
         " after_event to search or answer to read your own write.",
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=True
-        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False),
     )
     async def ingest_documents(
         documents: Annotated[
@@ -280,9 +284,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         " leave the graph once indexed. Returns the delete event's id.",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
-    async def delete_document(
-        doc_id: Annotated[str, Field(min_length=1, max_length=512)], ctx: Context
-    ) -> IngestAccepted:
+    async def delete_document(doc_id: DocId, ctx: Context) -> IngestAccepted:
         principal = caller_for("delete_document", ctx)
         return await _run(ops.delete(doc_id, principal.caller))
 
@@ -321,13 +323,16 @@ async def _run(work: Awaitable[T]) -> T:
     """The operation's result, or a tool error saying what an HTTP caller would be told."""
     try:
         return await work
-    except Problem as exc:
-        message = f"{exc.status} {exc.title}: {exc.detail}"
-        if exc.extra.get("errors"):
-            message += " " + json.dumps(exc.extra["errors"], ensure_ascii=False, default=str)
+    except Exception as exc:
+        found = as_problem(exc)
+        if found is None:
+            raise  # unexpected: the SDK logs it and says only that the tool failed
+        message = f"{found.status} {found.title}: {found.detail}"
+        if found.extra.get("errors"):
+            message += " " + json.dumps(found.extra["errors"], ensure_ascii=False, default=str)
+        if found.status in (409, 429, 503):
+            message += " (retry in a moment)"
         raise ToolError(message) from None
-    except TransientError as exc:
-        raise ToolError(f"503 Service Unavailable: {exc}; retry in a moment") from None
 
 
 class McpEndpoint:
@@ -356,6 +361,8 @@ class McpEndpoint:
         state[PRINCIPAL_STATE] = principal
         if scope["method"] == "POST":
             body = await _read_body(receive)
+            if body is None:
+                return  # the client went away before its request was in
             refused = _refused_tool(body, principal)
             if refused is not None:
                 tool, needed = refused
@@ -370,13 +377,14 @@ class McpEndpoint:
         await self.server.session_manager.handle_request(scope, receive, send)
 
 
-async def _read_body(receive: Receive) -> bytes:
-    """The whole request body (its size is bounded by BodyLimits before it gets here)."""
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body (its size is bounded by BodyLimits before it gets here); None
+    when the client disconnected first."""
     chunks = []
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            return None
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
@@ -400,7 +408,7 @@ def _refused_tool(body: bytes, principal: Principal) -> tuple[str, str] | None:
     """(tool, scope) of the first tools/call in the body the principal may not make."""
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None  # the SDK answers the parse error
     for message in parsed if isinstance(parsed, list) else [parsed]:
         if not isinstance(message, dict) or message.get("method") != "tools/call":
@@ -413,7 +421,7 @@ def _refused_tool(body: bytes, principal: Principal) -> tuple[str, str] | None:
     return None
 
 
-def http_server(ops: Operations, *, loopback: bool) -> MCPServer:
+def http_server(ops: Operations, *, loopback: bool, max_bytes: int) -> MCPServer:
     """The server for ``/mcp``: stateless, JSON responses; on a loopback bind the SDK's DNS
     rebinding protection admits only local Host and Origin headers (a web page must not
     reach a local, keyless API through the browser)."""
@@ -431,6 +439,7 @@ def http_server(ops: Operations, *, loopback: bool) -> MCPServer:
         stateless_http=True,
         json_response=True,
         transport_security=security,
+        max_request_body_size=max_bytes,  # KGSTREAM_API_MAX_BODY_BYTES, not the SDK's 4 MiB
     )
     return server
 
@@ -438,11 +447,14 @@ def http_server(ops: Operations, *, loopback: bool) -> MCPServer:
 def install(app: FastAPI, ops: Operations, settings: Settings) -> MCPServer:
     """Serve the MCP server at ``PATH`` in the query API (after ``auth.install``); the API's
     lifespan runs ``running(server)``."""
-    server = http_server(ops, loopback=is_loopback(settings.api_host))
+    server = http_server(
+        ops, loopback=is_loopback(settings.api_host), max_bytes=settings.api_max_body_bytes
+    )
     endpoint = McpEndpoint(server, app.state.authenticator)
     # A Route whose endpoint is not a function is served as an ASGI app.
     app.router.routes.append(
-        Route(PATH, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+        # POST only: the stateless server has no stream to GET nor session to DELETE (405)
+        Route(PATH, endpoint, methods=["POST"], include_in_schema=False)
     )
     return server
 

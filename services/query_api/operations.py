@@ -30,8 +30,9 @@ from services.query_api.ingest import (
     writable_by,
 )
 from services.query_api.limits import within_limits
+from services.query_api.metrics import observe_failed_query, observe_query
 from services.query_api.paths import find_routes
-from services.query_api.problems import Problem
+from services.query_api.problems import Problem, as_problem
 from services.query_api.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
@@ -56,8 +57,18 @@ class Operations:
     async def query(
         self, req: QueryRequest, caller: Caller, *, answer: bool = True
     ) -> QueryResponse:
-        """Retrieve (and, with ``answer``, answer) from what the caller can see."""
-        return await self.service.query(within_limits(req, self.settings), caller, answer=answer)
+        """Retrieve (and, with ``answer``, answer) from what the caller can see; counted in
+        the query metrics (by mode and A/B arm) whichever way it came."""
+        try:
+            resp = await self.service.query(
+                within_limits(req, self.settings), caller, answer=answer
+            )
+        except Exception as exc:
+            found = as_problem(exc)
+            observe_failed_query(req.mode, 500 if found is None else found.status)
+            raise
+        observe_query(resp)
+        return resp
 
     async def entities(self, name: str, limit: int, caller: Caller) -> dict[str, Any]:
         """Entities whose name or alias matches ``name``, best first."""
@@ -185,7 +196,7 @@ class Operations:
 
 async def _resolve(conn: AsyncConnection, ref: str, param: str, caller: Caller) -> EntitySummary:
     """An entity by id (digits) or by the best match of its name, as the caller sees it."""
-    if ref.isdigit():
+    if ref.isascii() and ref.isdigit():  # "²" is a digit to isdigit, not to int
         found = await entity_detail(conn, int(ref), 0, caller=caller)
         if found is not None:
             return EntitySummary(**found.model_dump(include=set(EntitySummary.model_fields)))

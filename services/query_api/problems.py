@@ -78,6 +78,30 @@ def problem_response(
     return problem(status, title, detail, request.url.path, **extra)
 
 
+def as_problem(exc: BaseException) -> Problem | None:
+    """The problem a known failure is answered with, over HTTP and MCP alike; None for an
+    unexpected one (a 500 that only the log explains)."""
+    if isinstance(exc, Problem):
+        return exc
+    if isinstance(exc, NotCaughtUp):
+        return Problem(
+            409,
+            "Not caught up",
+            str(exc),
+            waited_for=exc.waited_for,
+            waited_s=exc.waited_s,
+            seen_snapshot=exc.seen_snapshot,
+        )
+    if isinstance(exc, TransientError):
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
+        return Problem(503, "Service unavailable", str(exc)[:300], headers=retry)
+    if isinstance(exc, ConfigurationError):
+        return Problem(503, "Service misconfigured", str(exc))
+    if isinstance(exc, OperationalError):
+        return Problem(503, "Database unavailable", str(exc.orig)[:300])
+    return None
+
+
 def validation_errors(errors: Sequence[Any]) -> list[dict[str, str]]:
     """Pydantic/FastAPI errors as {"field", "message"} with a dotted location."""
     out = []
@@ -108,32 +132,17 @@ def install(app: FastAPI) -> None:
             exc.status, exc.title, exc.detail, request.url.path, exc.headers, **exc.extra
         )
 
-    @app.exception_handler(NotCaughtUp)
-    async def _not_caught_up(request: Request, exc: NotCaughtUp) -> JSONResponse:
-        return problem_response(
-            request,
-            409,
-            "Not caught up",
-            str(exc),
-            waited_for=exc.waited_for,
-            waited_s=exc.waited_s,
-            seen_snapshot=exc.seen_snapshot,
+    async def _known(request: Request, exc: Exception) -> JSONResponse:
+        # registered only for the classes as_problem knows
+        found = as_problem(exc) or Problem(500, "Internal error", "see the service log")
+        if found.status == 503 and not isinstance(exc, ConfigurationError):
+            log.warning("unavailable on %s: %s", request.url.path, found.detail)
+        return problem(
+            found.status, found.title, found.detail, request.url.path, found.headers, **found.extra
         )
 
-    @app.exception_handler(TransientError)
-    async def _transient(request: Request, exc: TransientError) -> JSONResponse:
-        log.warning("unavailable on %s: %s", request.url.path, exc)
-        retry = {"Retry-After": str(RETRY_AFTER_S)}
-        return problem(503, "Service unavailable", str(exc)[:300], request.url.path, retry)
-
-    @app.exception_handler(ConfigurationError)
-    async def _config(request: Request, exc: ConfigurationError) -> JSONResponse:
-        return problem_response(request, 503, "Service misconfigured", str(exc))
-
-    @app.exception_handler(OperationalError)
-    async def _db_down(request: Request, exc: OperationalError) -> JSONResponse:
-        log.warning("database unavailable: %s", exc)
-        return problem_response(request, 503, "Database unavailable", str(exc.orig)[:300])
+    for known in (NotCaughtUp, TransientError, ConfigurationError, OperationalError):
+        app.add_exception_handler(known, _known)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

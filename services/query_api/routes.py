@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.documents import DocumentRead
 from services.query_api.limits import LimitedQuery
-from services.query_api.metrics import observe_failed_query, observe_feedback, observe_query
+from services.query_api.metrics import observe_feedback
 from services.query_api.monitoring import FeedbackLedger, parse_query_id
 from services.query_api.operations import Operations
 from services.query_api.problems import Problem
@@ -44,16 +44,7 @@ OpsDep = Annotated[Operations, Depends(get_operations)]
 @router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
 async def query(req: LimitedQuery, ops: OpsDep, caller: CallerDep) -> QueryResponse:
     """Answer a question: auto | vector | local | global | path."""
-    try:
-        resp = await ops.query(req, caller)
-    except Problem as exc:
-        observe_failed_query(req.mode, exc.status)
-        raise
-    except Exception:
-        observe_failed_query(req.mode, 500)
-        raise
-    observe_query(resp)
-    return resp
+    return await ops.query(req, caller)
 
 
 @router.post("/v1/feedback", response_model=FeedbackResponse, tags=["query"], dependencies=[QUERY])

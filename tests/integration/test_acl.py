@@ -339,6 +339,12 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
     listed = (await env.get(caller, "/v1/communities")).json()["communities"]
     assert {c["id"] for c in listed} <= oracle.communities
 
+    doc_id = data.draw(st.sampled_from(corpus.docs), "document")
+    resp = await env.get(caller, f"/v1/documents/{doc_id}")
+    assert resp.status_code == (200 if doc_id in oracle.docs else 404)
+    if resp.status_code == 200:
+        oracle.no_hidden_text(resp.json()["text"])
+
     # The other local ranker (the seeds' path formula) walks a second relationship ring.
     paths_ranker = replace(env.service, config=replace(env.service.config, local_ranker="paths"))
     question = data.draw(st.sampled_from(QUESTIONS), "paths-ranker question")

@@ -96,6 +96,7 @@ async def stack(
         kafka_bootstrap_servers=infra.bootstrap,
         documents_topic=topic,
         auth="required",
+        read_wait_max_s=1.0,
     )
     # The server's engine is made here and first used on uvicorn's own loop.
     service = build_query_service(settings, make_engine(url), embedder, extractor, cpu_pool)
@@ -148,9 +149,12 @@ async def test_the_sdk_client_lists_and_runs_the_tools(stack: Stack, infra: Infr
         assert document["doc_id"] == stack.doc_id
         assert document["chunks"] >= 1
         indexed = f"{document['title']}\n\n{document['text']}"  # the title leads chunk 1
-        for context in found["contexts"]:
-            if context["doc_id"] == stack.doc_id:
-                assert context["text"] in indexed
+        by_title = payload(
+            await client.call_tool("search", {"question": document["title"], "mode": "vector"})
+        )
+        passages = [c["text"] for c in by_title["contexts"] if c["doc_id"] == stack.doc_id]
+        assert passages
+        assert all(passage in indexed for passage in passages)
         assert document["tenant"] is None
         assert document["acl"] is None
 
@@ -182,6 +186,29 @@ async def test_errors_are_tool_errors_that_say_what_went_wrong(stack: Stack) -> 
         assert "404 Entity not found" in text_of(nowhere)
 
 
+async def test_arguments_are_checked_as_the_routes_check_them(stack: Stack) -> None:
+    async with mcp_client(stack.url, stack.keys["writer"]) as client:
+        for tool, arguments in (
+            ("delete_document", {"doc_id": "a\nb"}),
+            ("get_document", {"doc_id": "x" * 513}),
+            ("get_entity", {"entity": "a\x00b"}),
+            ("find_paths", {"source": "x" * 201, "target": "y"}),
+        ):
+            refused = await client.call_tool(tool, arguments)
+            assert refused.is_error, (tool, arguments)
+            assert "validation error" in text_of(refused).lower(), text_of(refused)
+
+
+async def test_a_read_that_cannot_catch_up_is_409(stack: Stack) -> None:
+    async with mcp_client(stack.url, stack.keys["reader"]) as client:
+        late = await client.call_tool(
+            "search", {"question": "Leland", "after_event": "never-published"}
+        )
+    assert late.is_error
+    assert "409 Not caught up" in text_of(late)
+    assert "(retry in a moment)" in text_of(late)
+
+
 def test_without_a_key_401_with_a_challenge(stack: Stack, raw: httpx.Client) -> None:
     resp = raw.post(stack.url, json=INITIALIZE, headers=HEADERS)
     assert resp.status_code == 401
@@ -189,7 +216,17 @@ def test_without_a_key_401_with_a_challenge(stack: Stack, raw: httpx.Client) -> 
     bad = raw.post(stack.url, json=INITIALIZE, headers={**HEADERS, "Authorization": "Bearer x"})
     assert bad.status_code == 401
     assert 'error="invalid_token"' in bad.headers["WWW-Authenticate"]
-    assert raw.get(stack.url, headers={"Accept": "text/event-stream"}).status_code == 401
+
+
+def test_only_post_is_served(stack: Stack, raw: httpx.Client) -> None:
+    """Stateless: no event stream to GET (it would hold an admission slot for nothing) and
+    no session to DELETE, with a key or without."""
+    stream = {"Accept": "text/event-stream"}
+    keyed = {**stream, "Authorization": f"Bearer {stack.keys['reader']}"}
+    for headers in (stream, keyed):
+        assert raw.get(stack.url, headers=headers).status_code == 405
+    assert raw.delete(stack.url, headers=keyed).status_code == 405
+    assert raw.delete(stack.url, headers=stream).status_code == 401  # admission asks first
 
 
 async def test_the_sdk_client_fails_without_a_key(stack: Stack) -> None:

@@ -147,3 +147,58 @@ async def test_the_async_client_retries_alike(monkeypatch: pytest.MonkeyPatch) -
     assert answer.mode_used == "vector"
     assert slept == [1.0]
     assert len(seen) == 2
+
+
+def test_unusable_retry_after_values_fall_back_to_backoff(sleeps: list[float]) -> None:
+    minus_zero = "Fri, 27 Nov 2026 05:00:00 -0000"  # parsed without a zone: taken as UTC
+    handler, _ = scripted(
+        httpx.Response(429, headers={"Retry-After": "NaN"}),
+        httpx.Response(429, headers={"Retry-After": "soon"}),
+        httpx.Response(429, headers={"Retry-After": minus_zero}),
+        httpx.Response(200, json={"status": "ok"}),
+    )
+    assert make(handler, base_s=1, max_wait_s=1000).status() == {"status": "ok"}
+    assert 0.5 <= sleeps[0] <= 1.0  # NaN: backoff
+    assert 1.0 <= sleeps[1] <= 2.0  # not a date: backoff
+    expected = (datetime(2026, 11, 27, 5, tzinfo=UTC) - datetime.now(UTC)).total_seconds()
+    assert abs(sleeps[2] - min(max(expected, 0.0), 1000)) < 5
+
+
+@pytest.mark.parametrize(
+    ("doc_id", "path"), [(".", b"/v1/documents/%2E"), ("..", b"/v1/documents/%2E%2E")]
+)
+def test_dot_ids_stay_one_segment(sleeps: list[float], doc_id: str, path: bytes) -> None:
+    handler, seen = scripted(httpx.Response(404, json={"title": "Document not found"}))
+    with pytest.raises(ApiError):
+        make(handler).document(doc_id)
+    assert seen[0].url.raw_path == path
+
+
+def test_a_read_timeout_is_not_retried(sleeps: list[float]) -> None:
+    handler, seen = scripted(httpx.ReadTimeout("slow"))
+    with pytest.raises(httpx.ReadTimeout):
+        make(handler).query("Why?")
+    assert (len(seen), sleeps) == (1, [])
+
+
+def test_a_delete_is_retried_only_when_it_was_refused_unread(sleeps: list[float]) -> None:
+    accepted = {"accepted": 1, "event_ids": ["d"], "topic": "kgstream.documents"}
+    handler, seen = scripted(
+        httpx.Response(429, headers={"Retry-After": "0"}),
+        httpx.Response(503, json={"title": "Service unavailable"}),
+        httpx.Response(202, json=accepted),
+    )
+    with pytest.raises(ApiError) as refused:
+        make(handler).delete("doc-1")
+    assert refused.value.status == 503  # maybe published: not sent again
+    assert len(seen) == 2
+    lost, seen_lost = scripted(httpx.ReadError("reset"))
+    with pytest.raises(httpx.ReadError):
+        make(lost).delete("doc-1")
+    assert len(seen_lost) == 1
+
+
+def test_a_lost_connection_is_retried_for_a_repeatable_call(sleeps: list[float]) -> None:
+    handler, seen = scripted(httpx.ReadError("reset"), httpx.Response(200, json=ANSWER))
+    assert make(handler).query("Capital of France?").answer == "Paris"
+    assert len(seen) == 2
