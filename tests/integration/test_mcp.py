@@ -7,9 +7,12 @@ stdio relies on), and tenant binding on ingest."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -46,6 +49,7 @@ INITIALIZE = {
     },
 }
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+TS_CLIENT = Path(__file__).resolve().parents[1] / "support" / "mcp_ts"  # package.json, lock
 
 
 @dataclass(frozen=True)
@@ -307,3 +311,45 @@ async def test_tenant_keys_write_only_their_tenant(stack: Stack) -> None:
         assert "404" in text_of(unseen)
         found = payload(await client.call_tool("search", {"question": stack.source}))
         assert found["contexts"] == []
+
+
+@pytest.fixture(scope="module")
+def node_client() -> list[str]:
+    """The TypeScript SDK's client (tests/support/mcp_ts, its lock file pinned), installed
+    with `npm ci` on first use; skipped, saying why, where node or npm cannot do it."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None:
+        pytest.skip(
+            "node is not installed (Debian: nodejs, npm): the TypeScript SDK check needs it"
+        )
+    if not (TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        if npm is None:
+            pytest.skip("npm is not installed: cannot install the TypeScript MCP SDK")
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=TS_CLIENT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"npm ci could not install the TypeScript MCP SDK: {done.stderr[-500:]}")
+    return [node, str(TS_CLIENT / "client.mjs")]
+
+
+def test_the_typescript_sdk_client_talks_to_it(stack: Stack, node_client: list[str]) -> None:
+    """The TypeScript SDK (1.x, what most desktop agents embed) over streamable HTTP."""
+    done = subprocess.run(
+        [*node_client, stack.url, stack.keys["reader"], stack.source],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["tools"] == sorted(TOOL_SCOPES)
+    assert result["isError"] is False
+    assert result["structured"]["contexts"]
+    assert {"doc_id", "chunk_id", "text"} <= set(result["structured"]["contexts"][0])
