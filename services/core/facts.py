@@ -55,6 +55,11 @@ def fact_problems(obj: Mapping[str, Any]) -> list[str]:
     if obj.get("type") == "delete":
         return [f"$.{f}: a delete carries no facts" for f in FIELDS if f in obj]
     problems: list[str] = []
+    has_facts = bool(obj.get("entities") or obj.get("relationships"))
+    if has_facts and not (str(obj.get("title", "")).strip() or str(obj.get("text", "")).strip()):
+        # Facts ride on the first chunk (services/indexer/provided.py): refused here, where
+        # HTTP ingest answers 422, not later as a dead letter.
+        problems.append("$.entities: a document with neither title nor text carries no facts")
     owner: dict[str, int] = {}  # key of a name or alias -> index of its entity
     for i, ent in enumerate(obj.get("entities", ())):
         for j, name in enumerate((ent["name"], *ent.get("aliases", ()))):

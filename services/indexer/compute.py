@@ -57,7 +57,8 @@ async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentE
     """Chunk the new version and find what is new; duplicates and stale events plan no work."""
     salt = hash_salt(event)
     doc_hash = content_hash(salt, event.text)
-    planned = _dedupe_chunks(salt, deps.chunker.split(document_text(event)))
+    first = event.facts() is not None  # the facts ride on the first chunk: see _dedupe_chunks
+    planned = _dedupe_chunks(salt, deps.chunker.split(document_text(event)), first=first)
     if len(planned) > deps.max_document_chunks:
         raise PermanentError(
             "oversize",
@@ -272,11 +273,17 @@ async def _embed_in_slices(
     return out
 
 
-def _dedupe_chunks(salt: str, chunks: Sequence[Chunk]) -> list[tuple[str, Chunk]]:
+def _dedupe_chunks(
+    salt: str, chunks: Sequence[Chunk], *, first: bool = False
+) -> list[tuple[str, Chunk]]:
+    """(hash, chunk) of each distinct chunk. With ``first`` (a document with facts, which its
+    first chunk carries), the first chunk's hash also says it is first: a chunk that becomes
+    or stops being first is a new chunk, so the facts move with it (a title-less document's
+    first chunk can be an old later one when a lead-in is cut)."""
     out: list[tuple[str, Chunk]] = []
     seen: set[str] = set()
-    for c in chunks:
-        h = content_hash(salt, c.text)
+    for index, c in enumerate(chunks):
+        h = content_hash(f"{salt}\x00first" if first and index == 0 else salt, c.text)
         if h not in seen:
             seen.add(h)
             out.append((h, c))

@@ -51,15 +51,14 @@ def provided_aliases(event: DocumentEvent, canonical: Mapping[str, str]) -> dict
 
 def provided_relations(event: DocumentEvent) -> list[ExtractedRelation]:
     """The provided relationships, each end given as its entity's name (a relationship may name
-    an entity by an alias)."""
+    an entity by an alias), described by the publisher or, without a description, by the fact
+    itself ("Jane Roe works at Acme Corp")."""
     name_of = {entity_key(n): ent.name for ent in event.entities for n in ent.names()}
-    return [
-        ExtractedRelation(
-            name_of[entity_key(r.source)],
-            name_of[entity_key(r.target)],
-            r.type,
-            r.weight,
-            r.description,
-        )
-        for r in event.relationships
-    ]
+    out = []
+    for r in event.relationships:
+        source, target = name_of[entity_key(r.source)], name_of[entity_key(r.target)]
+        # The evidence sentence: the publisher's description, else the fact in words (an
+        # empty sentence would be cited, and ranked, as evidence saying nothing).
+        said = r.description or f"{source} {r.type.lower().replace('_', ' ')} {target}"
+        out.append(ExtractedRelation(source, target, r.type, r.weight, said))
+    return out

@@ -218,6 +218,29 @@ async def test_switching_to_provided_drops_what_was_extracted(env: Env, url: str
     await equals_rebuild(env, url, [provided])
 
 
+async def test_facts_follow_the_first_chunk_of_a_document_without_title(env: Env, url: str) -> None:
+    """Review finding: without a title, cutting a lead-in made an old later chunk the first
+    one, unchanged by hash, so the facts (on the old first chunk) were deleted and not written
+    again; adding one kept them twice. The first chunk's hash now says it is first."""
+    facts = {"entities": [ACME, ROE], "relationships": [WORKS_AT]}
+    body = "Acme Corp makes brass valves. Jane Roe buys them."
+    versions = [
+        {k: v for k, v in event("doc-bare", f"A lead-in. {body}", **facts).items() if k != "title"},
+        {k: v for k, v in event("doc-bare", body, **facts).items() if k != "title"},
+        {
+            k: v
+            for k, v in event("doc-bare", f"New lead-in. {body}", **facts).items()
+            if k != "title"
+        },
+    ]
+    expected = ["doc-bare: Acme Corp -> Acme Corp", "doc-bare: Acme Industries -> Acme Corp"]
+    expected.append("doc-bare: Jane Roe -> Jane Roe")
+    for version in versions:
+        await ingest(env, url, [version])
+        assert mentions(url, "publisher") == expected
+        await equals_rebuild(env, url, [version])
+
+
 async def test_a_curation_apply_writes_the_provided_facts_again(env: Env, url: str) -> None:
     first = order("doc-order3", "Purchase order 9 covers one boiler.", extraction="provided")
     memo = event("doc-memo3", "Jane Roe approved the order.")

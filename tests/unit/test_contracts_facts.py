@@ -133,6 +133,23 @@ def test_unknown_schema_version() -> None:
             "$.entities: [",
         ),
         ({"entities": [{"name": "Acme", "type": "ORG", "url": "x"}]}, "$.entities[0]: Additional"),
+        ({"title": " ", "text": "\n"}, "$.entities: a document with neither title nor text"),
+        (
+            {"entities": [{"name": "Acme", "type": "ORG", "aliases": ["a\x01b"]}]},
+            "$.entities[0].aliases[0]: must not contain control characters",
+        ),
+        (
+            {
+                "entities": [
+                    {"name": "Acme", "type": "ORG", "aliases": [f"A{i}" for i in range(21)]}
+                ]
+            },
+            "$.entities[0].aliases: [",
+        ),
+        (
+            {"entities": [{"name": "Acme", "type": "ORG", "description": "x" * 2001}]},
+            "$.entities[0].description: 'xxxx",
+        ),
     ],
 )
 def test_bad_facts_are_named_by_field(change: dict[str, Any], expected: str) -> None:

@@ -14,7 +14,7 @@ from services.core.errors import StaleComputeError
 from services.core.extraction import ExtractedRelation
 from services.indexer.graph_store.changes import ChangeSet
 from services.indexer.graph_store.locks import EXISTING_RELATIONSHIPS
-from services.indexer.provided import EXTRACTED
+from services.indexer.provided import EXTRACTED, PUBLISHER
 
 Edge = tuple[int, int, str]  # (source entity, target entity, type)
 
@@ -49,30 +49,33 @@ async def add_relationships(
     entity_ids: Mapping[str, int],
     chunk_ids: Mapping[str, int],
     changes: ChangeSet,
-    origin: str = EXTRACTED,
+    provided: Sequence[tuple[str, ExtractedRelation]] = (),
 ) -> set[int]:
     """Insert the evidence of every relation (diff hash of its chunk, the relation with its ends
     as surface keys) whose ends resolved to two entities; return the relationships it
-    supports. ``origin``: where the relations come from (services/indexer/provided.py)."""
-    # (relationship, chunk) -> (doc, strongest strength, first sentence): one evidence row each.
-    edge_rows: dict[Edge, dict[int, tuple[str, float, str, str]]] = {}
-    for chunk_hash, rel in relations:
+    supports. ``relations`` were extracted, ``provided`` come from the publisher (services/
+    indexer/provided.py); one call takes both, so every relationship is locked in one sorted
+    order (graph_store/locks.py)."""
+    # (relationship, chunk, origin) -> (doc, strongest strength, first sentence): one row each.
+    edge_rows: dict[Edge, dict[tuple[int, str], tuple[str, float, str]]] = {}
+    labelled = [(h, r, EXTRACTED) for h, r in relations] + [(h, r, PUBLISHER) for h, r in provided]
+    for chunk_hash, rel, origin in labelled:
         s, t = entity_ids.get(rel.source), entity_ids.get(rel.target)
         if s is None or t is None or s == t:
             continue
         if rel.type == "co_occurs" and s > t:
             s, t = t, s  # undirected: one row per pair
         per_chunk = edge_rows.setdefault((s, t, rel.type), {})
-        chunk = chunk_ids[chunk_hash]
-        kept = per_chunk.get(chunk)
+        where = (chunk_ids[chunk_hash], origin)
+        kept = per_chunk.get(where)
         strength = rel.strength if kept is None else max(kept[1], rel.strength)
         sentence = rel.sentence if kept is None else kept[2]
-        per_chunk[chunk] = (doc_id, strength, sentence, origin)
+        per_chunk[where] = (doc_id, strength, sentence)
     rel_ids = await _upsert_relationships(conn, sorted(edge_rows), changes)
     evidence = sorted(  # by relationship id (graph_store/locks.py, rule 3)
-        (rel_ids[edge], chunk, *row)
+        (rel_ids[edge], chunk, doc, strength, sentence, origin)
         for edge, per_chunk in edge_rows.items()
-        for chunk, row in per_chunk.items()
+        for (chunk, origin), (doc, strength, sentence) in per_chunk.items()
     )
     await insert_rows(conn, _EVIDENCE, evidence)
     return set(rel_ids.values())

@@ -33,7 +33,6 @@ from services.indexer.graph_store.entities import resolve_entities
 from services.indexer.graph_store.rebuild import rebuild
 from services.indexer.graph_store.relationships import add_relationships
 from services.indexer.ordering import decide_delete, decide_upsert
-from services.indexer.provided import EXTRACTED, PUBLISHER
 from services.indexer.write_plan import WritePlan
 
 
@@ -149,15 +148,13 @@ async def _write_facts(
     changes.nodes_added |= resolved.added
     changes.retype.update(resolved.retype)
     ents = await insert_mentions(conn, doc_id, plan.mentions, resolved.ids, chunk_ids)
-    rels: set[int] = set()
-    for origin, relations in ((EXTRACTED, plan.relations), (PUBLISHER, plan.provided_relations)):
-        rels |= await add_relationships(
-            conn,
-            doc_id=doc_id,
-            relations=relations,
-            entity_ids=resolved.ids,
-            chunk_ids=chunk_ids,
-            changes=changes,
-            origin=origin,
-        )
+    rels = await add_relationships(
+        conn,
+        doc_id=doc_id,
+        relations=plan.relations,
+        provided=plan.provided_relations,
+        entity_ids=resolved.ids,
+        chunk_ids=chunk_ids,
+        changes=changes,
+    )
     return ents, rels
