@@ -257,6 +257,12 @@ FIRST_OF_A_VERSION_WINS = [
     _up("toyota", 0, 3),  # versioned after unversioned: compared by time, newer
 ]
 
+FACTS_MOVE_WITH_THE_FIRST_CHUNK = [  # no title: the lead-in cut, then another added
+    _up("factory", 0),
+    _up("factory", 1, 2),
+    _up("factory", 2, 3),
+]
+
 
 # KGSTREAM_PROPERTY_EXAMPLES=500 for a deeper search than the suite's default.
 @settings(max_examples=int(os.environ.get("KGSTREAM_PROPERTY_EXAMPLES", "20")), deadline=None)
@@ -270,6 +276,7 @@ FIRST_OF_A_VERSION_WINS = [
 @example(steps=SHARED_EVIDENCE_SHRINKS, order=DOC_IDS[::-1], batch_size=1)
 @example(steps=TOMBSTONE_HOLDS, order=DOC_IDS, batch_size=1)
 @example(steps=FIRST_OF_A_VERSION_WINS, order=DOC_IDS, batch_size=12)
+@example(steps=FACTS_MOVE_WITH_THE_FIRST_CHUNK, order=DOC_IDS, batch_size=1)
 def test_incremental_graph_equals_rebuild(
     env: Env, steps: list[Step], order: list[str], batch_size: int
 ) -> None:

@@ -129,11 +129,41 @@ CORPUS: dict[str, tuple[str, list[list[str]]]] = {
             ],
         ],
     ),
+    # No title (the first chunk is the first sentence), and facts with every variant: a
+    # lead-in cut (0 -> 1) or added (1 -> 2) changes which chunk is first, and the facts,
+    # which ride on the first chunk, must move with it.
+    "doc-factory": (
+        "",
+        [
+            [
+                "Early records of the works are incomplete.",
+                "Acme Corp makes brass valves in Ohio.",
+                "Jane Roe buys parts for Acme Corp.",
+            ],
+            [
+                "Acme Corp makes brass valves in Ohio.",
+                "Jane Roe buys parts for Acme Corp.",
+            ],
+            [
+                "A preface was added in 1990.",
+                "Acme Corp makes brass valves in Ohio.",
+                "Jane Roe buys parts for Acme Corp.",
+            ],
+        ],
+    ),
 }
 # doc id -> variant -> the facts its publisher gives with it (document event v2): provided
 # entities that extraction finds too (Microsoft, Seattle), ones it does not (MSFT, FOUNDED), and
 # a variant that is not extracted at all. Variants without an entry are v1 events.
+_FACTORY = {
+    "entities": [
+        {"name": "Acme Corp", "type": "ORG"},
+        {"name": "Jane Roe", "type": "PERSON", "aliases": ["J. Roe"]},
+    ],
+    "relationships": [{"source": "J. Roe", "target": "Acme Corp", "type": "BUYS_FROM"}],
+}
 FACTS: dict[str, dict[int, dict[str, Any]]] = {
+    "doc-factory": {0: _FACTORY, 1: _FACTORY, 2: _FACTORY},
     "doc-microsoft": {
         0: {
             "entities": [
