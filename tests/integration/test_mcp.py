@@ -140,7 +140,8 @@ async def test_the_sdk_client_lists_and_runs_the_tools(stack: Stack, infra: Infr
         )
         assert paths["source"]["name"] == stack.source
         assert paths["paths"]
-        assert paths["paths"][0]["hops"][0][0] in (stack.source, stack.target)
+        route = paths["paths"][0]["entities"]  # in path order (hops as stored)
+        assert (route[0], route[-1]) == (stack.source, stack.target)
 
         entity = payload(await client.call_tool("get_entity", {"entity": stack.source}))
         assert entity["name"] == stack.source
