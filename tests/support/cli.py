@@ -80,7 +80,8 @@ class Up:
 @contextlib.contextmanager
 def kgstream_up(env: dict[str, str], cwd: Path, timeout: float = 300) -> Iterator[Up]:
     """`kgstream up` in its own process group (like a terminal's foreground job), once it says
-    "Ctrl-C to stop"; the group is SIGKILLed at the end if `up` still runs."""
+    "Ctrl-C to stop"; at the end, if `up` still runs, the group gets Ctrl-C (SIGINT), and is
+    SIGKILLed only if that does not stop it within 120 s."""
     out, err = cwd / "up.out", cwd / "up.err"
     with out.open("wb") as out_file, err.open("wb") as err_file:
         proc = subprocess.Popen(
@@ -101,5 +102,11 @@ def kgstream_up(env: dict[str, str], cwd: Path, timeout: float = 300) -> Iterato
         yield up
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            # Ctrl-C first, as a user stops it: `up` stops the embedded servers it started (the
+            # broker runs in a session of its own, which killing the group would leave running).
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
