@@ -20,10 +20,8 @@ run). An answer the API refuses is raised as
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import functools
 import itertools
-import math
 import random
 import time
 import uuid
@@ -37,6 +35,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
+from services.core.retry_after import retry_after_seconds
 from services.query_api.documents import DocumentRead
 from services.query_api.schemas import (
     MAX_HOPS,
@@ -264,20 +263,7 @@ def _refusal(response: httpx.Response) -> ApiError:
 def retry_after(response: httpx.Response) -> float | None:
     """Retry-After in seconds: delta-seconds or an HTTP date (RFC 9110); None without a
     usable one (absent, not finite, unreadable)."""
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:  # "-0000": UTC with no claim about the local zone
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
+    return retry_after_seconds(response.headers.get("retry-after"))
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

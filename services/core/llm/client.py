@@ -3,19 +3,17 @@ that one policy, with one attempt budget, covers every LLM call)."""
 
 from __future__ import annotations
 
-import email.utils
 import logging
-import math
 import random
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TypeVar
 
 import openai
 
 from services.core.errors import TransientError
 from services.core.failures import is_transient
+from services.core.retry_after import retry_after_seconds
 from services.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,20 +53,7 @@ def retry_after_s(exc: BaseException) -> float | None:
             return max(0.0, float(millis) / 1000)
         except ValueError:
             pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    return max(0.0, seconds) if math.isfinite(seconds) else None
+    return retry_after_seconds(headers.get("retry-after"))
 
 
 def call_with_retries(
