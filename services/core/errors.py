@@ -13,6 +13,7 @@ DeadLetterReason = Literal[
     "undecodable_batch",
     "extraction_failed",
     "processing_failed",
+    "retries_exhausted",
 ]
 
 

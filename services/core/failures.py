@@ -12,9 +12,15 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from services.core.errors import PermanentError, TransientError
 
-# 40001 serialization failure, 40P01 deadlock, 08xxx connection, 53xxx insufficient resources,
-# 57P0x admin/crash shutdown, 55P03 lock not available.
-_TRANSIENT_SQLSTATES = ("40", "08", "53", "57P", "55P03")
+# What the database says decides, not the driver's class: psycopg files "program limit
+# exceeded" (54xxx: an index row over btree's 2,704 bytes, a statement too complex) under
+# OperationalError with lost connections, and calling it transient retried one event forever
+# while its partition waited (issue 30). Transient: 40xxx serialization failure and deadlock,
+# 08xxx connection, 53xxx insufficient resources (disk full, out of memory, too many
+# connections), 57P0x admin/crash shutdown and 57014 statement timeout, 55P03 lock not
+# available, 55006 object in use, 58000/58030 system and I/O errors. Every other SQLSTATE
+# (data, integrity, syntax, limits, ...) is permanent: the same statement fails the same way.
+_TRANSIENT_SQLSTATES = ("40", "08", "53", "57P", "57014", "55P03", "55006", "58000", "58030")
 
 
 def is_transient(exc: BaseException) -> bool:  # noqa: PLR0911 - one return per family
@@ -29,10 +35,13 @@ def is_transient(exc: BaseException) -> bool:  # noqa: PLR0911 - one return per 
         # 408 is the server's own timeout report, so it is a timeout like ours.
         return exc.status_code in (408, 429) or exc.status_code >= 500
     if isinstance(exc, DBAPIError):
-        if exc.connection_invalidated or isinstance(exc, OperationalError):
+        if exc.connection_invalidated:
             return True
-        sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
-        return sqlstate.startswith(_TRANSIENT_SQLSTATES)
+        sqlstate = sqlstate_of(exc)
+        if sqlstate:
+            return sqlstate.startswith(_TRANSIENT_SQLSTATES)
+        # No SQLSTATE: the server never answered (a connection lost or refused).
+        return isinstance(exc, OperationalError)
     if isinstance(exc, kafka.errors.KafkaError | aiokafka.errors.KafkaError):
         return bool(getattr(exc, "retriable", False)) or isinstance(
             exc,
@@ -42,6 +51,25 @@ def is_transient(exc: BaseException) -> bool:  # noqa: PLR0911 - one return per 
             | aiokafka.errors.KafkaConnectionError,
         )
     return False
+
+
+def sqlstate_of(exc: BaseException) -> str:
+    """The SQLSTATE the server answered with, or "" when there is none (no answer, or not a
+    database error)."""
+    return str(getattr(getattr(exc, "orig", None), "sqlstate", None) or "")
+
+
+def is_database_refusal(exc: BaseException) -> bool:
+    """True when the database answered this statement with an error of its own (a SQLSTATE
+    outside the connection and shutdown classes): the server is there, the statement is what
+    fails. The indexer bounds its retries of such an event (services/indexer/handlers.py)."""
+    sqlstate = sqlstate_of(exc)
+    return (
+        isinstance(exc, DBAPIError)
+        and not exc.connection_invalidated
+        and bool(sqlstate)
+        and not sqlstate.startswith(("08", "57P"))
+    )
 
 
 def is_statement_timeout(exc: BaseException) -> bool:

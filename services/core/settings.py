@@ -208,6 +208,17 @@ class Settings(BaseSettings):
         description="How often an indexer looks for new or undone curations and resolves the "
         "documents they touch again (one indexer at a time; docs/curation.md).",
     )
+    indexer_max_refusals: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        description="How many times the indexer retries one event that the database refuses "
+        "with an error of its own (a SQLSTATE called transient, say out of memory or a deadlock, "
+        "but answered by a server that is up) before it dead-letters the event as "
+        "retries_exhausted: with the backoff doubling from 0.5 s to 30 s, 10 is about 2.5 "
+        "minutes of its partition waiting. A database that does not answer is retried without "
+        "end (nothing else could be applied either).",
+    )
     indexer_large_document_chunks: int = Field(
         default=16,
         ge=1,

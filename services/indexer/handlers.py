@@ -31,7 +31,12 @@ from services.core import cloudevents, log_context
 from services.core.contracts import DocumentEvent, parse_document_event
 from services.core.db.engine import without_statement_bound
 from services.core.errors import PermanentError, StaleComputeError
-from services.core.failures import as_permanent, is_statement_timeout, is_transient
+from services.core.failures import (
+    as_permanent,
+    is_database_refusal,
+    is_statement_timeout,
+    is_transient,
+)
 from services.indexer import progress
 from services.indexer.compute import compute, plan_upsert
 from services.indexer.dead_letters import dead_letter
@@ -319,8 +324,12 @@ async def _settle(
     event: DocumentEvent,
     plan: WritePlan | None,
 ) -> Outcome:
+    """Apply one event: retried while it fails transiently, dead-lettered when it fails
+    permanently or when the database, up and answering, refused it ``deps.max_refusals`` times
+    (its partition must not wait on it forever: issue 30)."""
     delay = FIRST_BACKOFF_S
     recomputed = False
+    refusals = 0
     while True:
         try:
             return await apply_event(deps, event, plan, record.timestamp)
@@ -328,6 +337,11 @@ async def _settle(
             if not is_transient(exc):
                 await dead_letter(deps, record, as_permanent(exc), event=event)
                 return "dead_lettered"
+            if is_database_refusal(exc) and not is_statement_timeout(exc):
+                refusals += 1
+                if refusals >= deps.max_refusals:
+                    await dead_letter(deps, record, _exhausted(exc, refusals), event=event)
+                    return "dead_lettered"
             if isinstance(exc, StaleComputeError) and not recomputed:
                 # Planned against state an earlier write has moved (the next batch is computed
                 # while this one is written): recompute at once; back off if it happens again.
@@ -352,3 +366,11 @@ async def _settle(
             plan = None  # recompute against the current state
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
+
+
+def _exhausted(exc: BaseException, refusals: int) -> PermanentError:
+    """The dead letter of an event the database kept refusing."""
+    cause = as_permanent(exc).detail
+    return PermanentError(
+        "retries_exhausted", f"the database refused it {refusals} times, last: {cause}"
+    )

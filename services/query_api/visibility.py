@@ -179,13 +179,14 @@ class Filtered:
         return filtered, {**values, **params(caller)}
 
 
-# Whether a caller sees every live document, from the (tenant, acl) index of live documents
-# (migration 0013) without reading the documents themselves: no live document of another
-# tenant, and every distinct ACL of the caller's tenant shares a group with the caller. The
-# ACLs are walked one index probe each, in order, stopping at the first the caller does not
-# share; past WHOLE_CORPUS_ACL_PROBES of them the walk gives up (the caller keeps the filtered
-# reads), which bounds the check at that many probes (~0.05 ms each) in a corpus with a
-# distinct ACL per document, a small part of a query's budget.
+# Whether a caller sees every live document, from the index of live documents by tenant and
+# ACL digest (migrations 0013, 0019) without reading every document: no live document of
+# another tenant, and every distinct ACL of the caller's tenant shares a group with the caller.
+# The ACLs are walked one index probe each, in digest order (the ACL itself is read from the
+# row the probe lands on: the index holds 32 bytes whatever the ACL's size), stopping at the
+# first the caller does not share; past WHOLE_CORPUS_ACL_PROBES of them the walk gives up (the
+# caller keeps the filtered reads), which bounds the check at that many probes (~0.05 ms each)
+# in a corpus with a distinct ACL per document, a small part of a query's budget.
 WHOLE_CORPUS_ACL_PROBES = 64
 _OTHER_TENANT = {
     True: "EXISTS (SELECT 1 FROM documents d WHERE NOT d.deleted AND d.tenant IS NOT NULL)",
@@ -196,21 +197,23 @@ _OTHER_TENANT = {
     ),
 }
 _IN_TENANT = {True: "d.tenant IS NULL", False: "d.tenant = :v_tenant"}
+_DIGEST = "kgstream_acl_digest(d.acl)"
 
 
 def _whole_corpus_sql(no_tenant: bool) -> TextClause:
     own = _IN_TENANT[no_tenant]
     return text(
-        "WITH RECURSIVE walk(acl, step) AS ("  # noqa: S608 - constants; values bound
-        f" (SELECT d.acl, 1 FROM documents d WHERE NOT d.deleted AND {own}"
-        "   AND d.acl IS NOT NULL ORDER BY d.acl LIMIT 1)"
+        "WITH RECURSIVE walk(digest, acl, step) AS ("  # noqa: S608 - constants; values bound
+        f" (SELECT {_DIGEST}, d.acl, 1 FROM documents d WHERE NOT d.deleted AND {own}"
+        f"   AND {_DIGEST} IS NOT NULL ORDER BY {_DIGEST} LIMIT 1)"
         " UNION ALL"
-        f" SELECT (SELECT d.acl FROM documents d WHERE NOT d.deleted AND {own}"
-        "   AND d.acl > w.acl ORDER BY d.acl LIMIT 1), w.step + 1"
-        " FROM walk w WHERE w.acl && CAST(:v_groups AS text[]) AND w.step < :probes)"
+        " SELECT n.digest, n.acl, w.step + 1 FROM walk w CROSS JOIN LATERAL"
+        f" (SELECT {_DIGEST} AS digest, d.acl FROM documents d WHERE NOT d.deleted AND {own}"
+        f"   AND {_DIGEST} > w.digest ORDER BY {_DIGEST} LIMIT 1) n"
+        " WHERE w.acl && CAST(:v_groups AS text[]) AND w.step < :probes)"
         f" SELECT NOT ({_OTHER_TENANT[no_tenant]})"
-        " AND NOT EXISTS (SELECT 1 FROM walk WHERE acl IS NOT NULL"
-        "  AND (NOT acl && CAST(:v_groups AS text[]) OR step >= :probes))"
+        " AND NOT EXISTS (SELECT 1 FROM walk"
+        "  WHERE NOT acl && CAST(:v_groups AS text[]) OR step >= :probes)"
     )
 
 
@@ -220,7 +223,7 @@ _WHOLE_CORPUS = {flag: _whole_corpus_sql(flag) for flag in (True, False)}
 async def widened(conn: AsyncConnection, caller: Caller) -> Caller:
     """The caller for the reads of ``conn``'s transaction: marked whole-corpus when every live
     document is visible to it in that transaction's snapshot (checked by ``can_see``'s rule
-    over the distinct (tenant, acl) of live documents), so its reads take the unfiltered
+    over the distinct tenants and ACLs of live documents), so its reads take the unfiltered
     statements and plans; otherwise, and for admins, as given. Run inside the read
     transaction, so the decision and the reads see the same documents."""
     if caller.unfiltered:

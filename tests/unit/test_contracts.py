@@ -244,3 +244,17 @@ def test_a_line_over_the_limit_after_reencoding_is_oversize() -> None:
     event, reason = validate_line(compact, grown)
     assert event is None
     assert (reason or "").startswith("oversize")
+
+
+@pytest.mark.parametrize("schema_version", [1, 2])
+def test_an_acl_has_bounds(schema_version: int) -> None:
+    """Issue 30: an unbounded ACL overflowed a database index and stalled the indexer. The
+    contract now bounds it (1,000 groups of at most 256 characters), refused with the field."""
+    versioned = {**GOOD, "schema_version": schema_version} if schema_version == 2 else GOOD
+    assert event_problems({**versioned, "acl": [f"g{i}" for i in range(1000)]}, 1_000_000) == []
+    too_many = event_problems({**versioned, "acl": [f"g{i}" for i in range(1001)]}, 1_000_000)
+    assert too_many
+    assert "acl" in too_many[0]
+    too_long = event_problems({**versioned, "acl": ["g" * 257]}, 1_000_000)
+    assert too_long
+    assert "acl" in too_long[0]
