@@ -64,6 +64,11 @@ def make_producer(
         acks="all",
         linger_ms=5,
         retries=5,
+        # Not idempotent (kafka-python 3 is by default): the indexer already applies an event
+        # once by its event id, and an idempotent producer's id lives in the broker: a broker
+        # that forgets it (the embedded one on restart; a cluster that lost its transaction
+        # state) fails every later send with InitProducerId errors, for good (issue 30).
+        enable_idempotence=False,
         client_id="kgstream-publish",
         max_request_size=max_request_size(settings),
         **bounds,

@@ -186,16 +186,29 @@ def _event_id(item: Any, field: str = "event_id") -> Any:
 class DocumentPublisher:
     """One kafka-python producer per process, connected on first use (the API serves queries
     even while the broker is down). ``send`` blocks: call it from a worker thread. A broker
-    that does not answer within ``ingest_publish_timeout_s`` raises TransientError."""
+    that does not answer within ``ingest_publish_timeout_s`` raises TransientError, and the
+    producer is dropped: the next send makes a new one, so a broker that restarted (and forgot
+    this producer, its connections and metadata) is used again without restarting the API.
+    ``state`` says whether the last send went through, for /readyz."""
 
     def __init__(self, bootstrap: str, topic: str, settings: Settings) -> None:
         self.bootstrap, self.topic, self.settings = bootstrap, topic, settings
         self.timeout_s = settings.ingest_publish_timeout_s
         self._producer: KafkaProducer | None = None
         self._lock = threading.Lock()
+        self._last_error: str | None = None
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """``{"ingest": "ok"}``, or ``"unavailable"`` with the last send's error until a send
+        goes through again."""
+        if self._last_error is None:
+            return {"ingest": "ok"}
+        return {"ingest": "unavailable", "ingest_detail": self._last_error}
 
     def send(self, events: Sequence[dict[str, Any]]) -> int:
         """Publish keyed by doc_id and wait for the broker's acknowledgements."""
+        producer: KafkaProducer | None = None
         try:
             with self._lock:
                 if self._producer is None:
@@ -203,10 +216,25 @@ class DocumentPublisher:
                         self.bootstrap, self.settings, timeout_s=self.timeout_s
                     )
                 producer = self._producer
-            return publish_events(producer, self.topic, events, self.timeout_s)
+            sent = publish_events(producer, self.topic, events, self.timeout_s)
         except KafkaError as exc:
+            self._drop(producer)
+            self._last_error = f"{type(exc).__name__}: {exc}"[:300]
             # Some events may still be delivered later: a retry with the same event ids is safe.
             raise TransientError(f"the broker did not accept the events: {exc}") from exc
+        self._last_error = None
+        return sent
+
+    def _drop(self, failed: KafkaProducer | None) -> None:
+        """Forget ``failed`` (unless another thread replaced it already) and close it without
+        waiting: what it still holds was answered 503."""
+        with self._lock:
+            if failed is None or self._producer is not failed:
+                return
+            self._producer = None
+            closing: KafkaProducer = failed
+        with contextlib.suppress(Exception):
+            closing.close(timeout=0)
 
     def close(self) -> None:
         """Flush and close the producer if one was made."""

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.documents import DocumentRead
+from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import LimitedQuery
 from services.query_api.metrics import observe_feedback
 from services.query_api.monitoring import FeedbackLedger, parse_query_id
@@ -199,7 +200,11 @@ async def readyz(request: Request) -> JSONResponse:
     published snapshot ride along (``indexer``: ok | stalled | unknown, by the stall rule of
     `kgstream status`; ``snapshot``: its id, or null before the first) without changing the
     status code: a stalled indexer leaves answers stale, not impossible, and without a snapshot
-    only global mode has nothing to say; /v1/status has the detail and the lag."""
+    only global mode has nothing to say; /v1/status has the detail and the lag. ``ingest``
+    (ok | unavailable, with ``ingest_detail``) says whether the last POST /v1/documents reached
+    the broker: while it cannot, ingest answers 503 and queries are still served, so it does
+    not change the status code either."""
     readiness: Readiness = request.app.state.readiness
     code, body = await readiness.answer()
-    return JSONResponse(body, status_code=code)
+    publisher: DocumentPublisher = request.app.state.publisher
+    return JSONResponse({**body, **publisher.state}, status_code=code)

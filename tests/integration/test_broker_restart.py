@@ -1,0 +1,105 @@
+"""Every producer of kgstream's own goes on after the broker restarts, without a restart of
+its process (issue 30, finding 2). On 79715af the query API's publisher kept its idempotent
+kafka-python producer, which the restarted broker no longer knew: every POST /v1/documents
+answered 503 (`InitProducerIdResponse: [Error -1] UnknownError`) until the API restarted.
+These tests restart a broker of their own (memory storage: it forgets producers, topics and
+records) between two sends of one long-lived producer."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from services.core.errors import TransientError
+from services.core.infra.broker import EmbeddedBroker
+from services.core.producer import make_producer, publish_events
+from services.core.settings import Settings
+from services.query_api.ingest import DocumentPublisher
+from tests.support.faults import create_topics, moved, own_broker
+from tests.support.records import document_event
+
+pytestmark = pytest.mark.integration
+
+DEADLINE_S = 60.0  # a poll's deadline, not a bound under test: the old code never recovered
+
+
+def restart(broker: EmbeddedBroker, settings: Settings) -> None:
+    """Stop and start the broker on its port, with the topics again (as `kgstream up` does)."""
+    broker.stop()
+    assert broker.start() == settings.kafka_bootstrap_servers
+    create_topics(broker.bootstrap, settings)
+
+
+def events_on(bootstrap: str, topic: str) -> set[str]:
+    """Event ids of every record on the topic's partitions."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        return {json.loads(m.value)["event_id"] for m in consumer}
+    finally:
+        consumer.close()
+
+
+def first_success(send: object, attempts: list[str]) -> bool:
+    """Call ``send`` until it goes through or the deadline passes; failures are kept."""
+    assert callable(send)
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        try:
+            send()
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded and tried again
+            attempts.append(f"{type(exc).__name__}: {exc}"[:200])
+            time.sleep(0.5)
+        else:
+            return True
+    return False
+
+
+def test_http_ingest_publisher_recovers_from_a_broker_restart(
+    settings: Settings, tmp_path: Path
+) -> None:
+    with own_broker(tmp_path, settings) as broker:
+        own = moved(settings, kafka_bootstrap_servers=broker.bootstrap, ingest_publish_timeout_s=3)
+        publisher = DocumentPublisher(broker.bootstrap, own.documents_topic, own)
+        try:
+            assert publisher.send([document_event(event_id="before")]) == 1
+            assert publisher.state == {"ingest": "ok"}
+            broker.stop()
+            with pytest.raises(TransientError):
+                publisher.send([document_event(event_id="while-down")])
+            assert publisher.state["ingest"] == "unavailable"  # what /readyz reports
+            restart(broker, own)
+            attempts: list[str] = []
+            after = [document_event(event_id="after")]
+            sent = first_success(lambda: publisher.send(after), attempts)
+            assert sent, f"the publisher never sent again after the restart: {attempts[-3:]}"
+            assert publisher.state == {"ingest": "ok"}
+            assert "after" in events_on(broker.bootstrap, own.documents_topic)
+        finally:
+            publisher.close()
+
+
+def test_a_cli_producer_recovers_from_a_broker_restart(settings: Settings, tmp_path: Path) -> None:
+    """The producer `kgstream publish` and `kgstream dlq replay` use, kept across a restart."""
+    with own_broker(tmp_path, settings) as broker:
+        own = moved(settings, kafka_bootstrap_servers=broker.bootstrap)
+        producer = make_producer(broker.bootstrap, own, timeout_s=3)
+        topic = own.documents_topic
+        try:
+            assert publish_events(producer, topic, [document_event(event_id="before")], 10) == 1
+            restart(broker, own)
+            attempts: list[str] = []
+
+            def send() -> None:
+                publish_events(producer, topic, [document_event(event_id="after")], 5)
+
+            assert first_success(send, attempts), f"never sent again: {attempts[-3:]}"
+            assert "after" in events_on(broker.bootstrap, topic)
+        finally:
+            producer.close(timeout=1)
