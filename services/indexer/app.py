@@ -46,6 +46,7 @@ from services.indexer.membership import (
 )
 from services.indexer.metrics import LagGauge, PrometheusIndexerObserver
 from services.indexer.pipeline import run_pipelined
+from services.indexer.topic_identity import TopicWatch, read_topic_id, reconcile, run_watch
 
 log = logging.getLogger(__name__)
 REJOIN_EXIT_CODE = 3
@@ -90,8 +91,9 @@ def _position(event: faust.EventT[bytes]) -> tuple[str, int, int]:
     return message.topic, message.partition, message.offset
 
 
-def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
-    """The faust app with one agent on the documents topic."""
+def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = None) -> faust.App:
+    """The faust app with one agent on the documents topic (``topic_id``: its id when the
+    process started, services/indexer/topic_identity.py)."""
     app = faust.App(
         settings.consumer_group,
         broker=f"kafka://{endpoints.kafka_bootstrap_servers}",
@@ -128,7 +130,7 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
     fetch_wait.install(app, settings.broker_fetch_max_wait_s)
     unreadable_batches.install()
-    _operations(app, settings, endpoints, deps.engine)
+    _operations(app, settings, endpoints, deps.engine, topic_id)
 
     @app.timer(interval=settings.curation_apply_interval_s, name="apply-curations")  # type: ignore[untyped-decorator]
     async def apply_curations() -> None:
@@ -211,10 +213,14 @@ def create_app(settings: Settings, endpoints: Endpoints) -> faust.App:
 
 
 def _operations(
-    app: faust.App, settings: Settings, endpoints: Endpoints, engine: AsyncEngine
+    app: faust.App,
+    settings: Settings,
+    endpoints: Endpoints,
+    engine: AsyncEngine,
+    topic_id: str | None,
 ) -> None:
     """/metrics, /healthz, /readyz; registration and heartbeat; consumer lag, refreshed; the
-    rejoin watchdog (services/indexer/membership.py)."""
+    rejoin watchdog (services/indexer/membership.py); the topic watch (topic_identity.py)."""
     membership = Membership(settings.documents_topic)
     limit = rejoin_timeout_s(settings.indexer_rejoin_timeout_s, settings.broker_session_timeout_s)
     watchdog = RejoinWatchdog(membership, settings.consumer_group, limit)
@@ -253,10 +259,19 @@ def _operations(
         refresh=[refresh_lag],
     )
 
+    topic = settings.documents_topic
+    topic_watch = TopicWatch(endpoints.kafka_bootstrap_servers, topic, topic_id)
+
+    async def documents_ends() -> dict[int, int]:
+        owned = {tp for tp in membership.assigned if tp[0] == topic}
+        ends = await asyncio.to_thread(offsets.read, owned) if owned else {}
+        return {p: end for (_, p), end in ends.items()}
+
     class Operations(mode.Service):
         """Started and stopped with the faust app."""
 
         watch: asyncio.Task[None] | None = None
+        topic_task: asyncio.Task[None] | None = None
 
         async def on_start(self) -> None:
             await ops.start()
@@ -266,12 +281,17 @@ def _operations(
                 exit_for_restart(reason)
 
             self.watch = asyncio.create_task(run_watchdog(watchdog, on_overdue))
+            self.topic_task = asyncio.create_task(
+                run_watch(engine, topic_watch, settings.consumer_group, documents_ends,
+                          exit_for_restart)
+            )  # fmt: skip
 
         async def on_stop(self) -> None:
-            if self.watch is not None:
-                self.watch.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self.watch
+            for task in (self.watch, self.topic_task):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await ops.stop()
             await asyncio.to_thread(offsets.close)
 
@@ -318,10 +338,29 @@ def _dlq_publisher(app: faust.App, topic_name: str):  # type: ignore[no-untyped-
 
 
 def run(settings: Settings, endpoints: Endpoints) -> None:
-    """Run the indexer worker in this process until SIGINT/SIGTERM."""
-    app = create_app(settings, endpoints)
+    """Run the indexer worker in this process until SIGINT/SIGTERM. First, before the consumer
+    joins: a documents topic the broker replaced since this group last read it (a restarted
+    broker on memory storage) is reported with what it lost, and read from its start."""
+    bootstrap, topic = endpoints.kafka_bootstrap_servers, settings.documents_topic
+    topic_id = read_topic_id(bootstrap, topic)
+    asyncio.run(_reconcile(settings, endpoints, topic_id))
+    app = create_app(settings, endpoints, topic_id)
     # Logging is already set up (services/core/logs.py): faust must not replace the root
     # handlers with its own (colour, plain text), or json mode would not be JSON.
     worker = faust.Worker(app, quiet=True, override_logging=False)
     worker.spinner = None  # no terminal spinner; faust then logs "[^Worker]: Ready" instead
     worker.execute_from_commandline()
+
+
+async def _reconcile(settings: Settings, endpoints: Endpoints, topic_id: str | None) -> None:
+    engine = make_engine(endpoints.database_url, pool_size=1)
+    try:
+        await reconcile(
+            engine,
+            endpoints.kafka_bootstrap_servers,
+            settings.consumer_group,
+            settings.documents_topic,
+            topic_id,
+        )
+    finally:
+        await engine.dispose()

@@ -136,6 +136,10 @@ def restart_broker(run: Run, lines: list[str]) -> None:
     run.publish(unprocessed(run.url, lines[:16]) + lines[16:32] + bad_lines("b"))
     run.applied(32)
     run.figures["broker restart -> all applied (s)"] = time.monotonic() - start
+    # The indexer noticed the new log (its topic id), restarted and recorded what was lost
+    # (services/indexer/topic_identity.py): never silently.
+    losses = "SELECT count(*) FROM broker_losses"
+    assert wait_until(lambda: scalar(run.url, losses) >= 1, 120), run.tail()
 
 
 def freeze_postgres(run: Run, lines: list[str]) -> None:

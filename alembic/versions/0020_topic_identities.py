@@ -1,0 +1,44 @@
+"""Which log each consumer group reads, and what a replaced log took along (issue 30).
+
+``topic_identities`` keeps the documents topic's id (Kafka's topic id, KIP-516) per consumer
+group; ``indexer_progress.seen_end_offset`` the greatest end offset the indexer saw per
+partition; ``broker_losses`` one row per replaced log found at an indexer's start, with the
+offsets acknowledged by the broker and never applied (services/indexer/topic_identity.py).
+
+Revision ID: 0020
+Revises: 0019
+Create Date: 2026-11-27
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0020"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute(
+        "CREATE TABLE topic_identities ("
+        " consumer_group text NOT NULL, topic text NOT NULL, topic_id text NOT NULL,"
+        " seen_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer_group, topic))"
+    )
+    op.execute(
+        "CREATE TABLE broker_losses ("
+        " id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+        " detected_at timestamptz NOT NULL DEFAULT now(),"
+        " consumer_group text NOT NULL, topic text NOT NULL,"
+        " old_topic_id text NOT NULL, new_topic_id text NOT NULL,"
+        " records bigint NOT NULL, ranges jsonb NOT NULL)"
+    )
+    # A constant default: no table rewrite.
+    op.execute("ALTER TABLE indexer_progress ADD COLUMN seen_end_offset bigint NOT NULL DEFAULT 0")
+
+
+def downgrade() -> None:
+    op.execute("ALTER TABLE indexer_progress DROP COLUMN seen_end_offset")
+    op.execute("DROP TABLE broker_losses")
+    op.execute("DROP TABLE topic_identities")

@@ -1,0 +1,239 @@
+"""Which log the indexer reads, and what a broker that lost it took along (issue 30).
+
+A broker on memory storage (the embedded one) forgets every record, topic and committed offset
+when it restarts; `kgstream up` then creates the topics again. A consumer that keeps its old
+position would then skip the new log's first records whenever the publishers had refilled it
+past that position before its next fetch (the chaos test's stall after a broker restart): the
+offsets mean nothing across logs. Kafka names each topic with an id (KIP-516) that a recreated
+topic does not share, so the indexer remembers, per consumer group, the id of the documents
+topic it reads (``topic_identities``), and the greatest end offset it has seen per partition
+(``indexer_progress.seen_end_offset``):
+
+- while it runs, ``TopicWatch`` reads the id with the lag refresh; a new id ends the process
+  for a restart (a consumer cannot be trusted to notice on its own);
+- when it starts, ``reconcile`` compares the id: a new one means the old log is gone. The
+  records the broker had acknowledged and the group had not applied (from its next offset up
+  to the greatest end offset seen, per partition) are recorded in ``broker_losses`` and logged
+  as an error, with their offsets, since only their publishers can send them again; then the
+  group's committed offsets are set to the new log's start and its progress rows cleared, so
+  the new log is read from its first record (events applied before are skipped by id).
+
+What is counted is a lower bound: records acknowledged after the last end offset was seen
+(seconds before the broker stopped) are lost too, and cannot be known."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+log = logging.getLogger(__name__)
+TIMEOUT_MS = 3000
+
+
+def read_topic_id(bootstrap: str, topic: str) -> str | None:
+    """The topic's id as the broker reports it; None when it cannot say (no such topic, a
+    broker without topic ids, no answer). Blocking."""
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap.split(","),
+            client_id="kgstream-topic-identity",
+            request_timeout_ms=TIMEOUT_MS,
+            bootstrap_timeout_ms=TIMEOUT_MS,
+        )
+    except Exception as exc:  # noqa: BLE001 - unknown is an answer here
+        log.info("no topic id for %s: %s", topic, exc)
+        return None
+    try:
+        described: list[dict[str, Any]] = admin.describe_topics([topic])
+    except Exception as exc:  # noqa: BLE001 - unknown is an answer here
+        log.info("no topic id for %s: %s", topic, exc)
+        return None
+    finally:
+        admin.close()
+    for found in described:
+        topic_id = found.get("topic_id")
+        if found.get("error_code") == 0 and topic_id and set(str(topic_id)) - {"0", "-"}:
+            return str(topic_id)
+    return None
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Records a replaced log took along: per partition, [first, end) offsets never applied."""
+
+    topic: str
+    old_topic_id: str
+    new_topic_id: str
+    ranges: dict[int, tuple[int, int]]
+
+    @property
+    def records(self) -> int:
+        return sum(end - first for first, end in self.ranges.values())
+
+    def describe(self) -> str:
+        spans = ", ".join(
+            f"partition {p}: offsets {a}..{b - 1}" for p, (a, b) in self.ranges.items()
+        )
+        return (
+            f"the broker replaced topic {self.topic} (id {self.old_topic_id} -> "
+            f"{self.new_topic_id}): at least {self.records} records it had acknowledged were "
+            f"never applied and are lost ({spans or 'none'}); publish them again from their "
+            "source"
+        )
+
+
+_STORED = text(
+    "SELECT topic_id FROM topic_identities WHERE consumer_group = :g AND topic = :t FOR UPDATE"
+)
+_REMEMBER = text(
+    "INSERT INTO topic_identities (consumer_group, topic, topic_id) VALUES (:g, :t, :i)"
+    " ON CONFLICT (consumer_group, topic) DO UPDATE SET topic_id = EXCLUDED.topic_id,"
+    " seen_at = now()"
+)
+_UNAPPLIED = text(
+    "SELECT partition, next_offset, seen_end_offset FROM indexer_progress"
+    " WHERE consumer_group = :g AND topic = :t AND seen_end_offset > next_offset"
+    " ORDER BY partition"
+)
+_RECORD_LOSS = text(
+    "INSERT INTO broker_losses (consumer_group, topic, old_topic_id, new_topic_id, records,"
+    " ranges) VALUES (:g, :t, :old, :new, :n, CAST(:ranges AS jsonb))"
+)
+_FORGET_PROGRESS = text("DELETE FROM indexer_progress WHERE consumer_group = :g AND topic = :t")
+_SEEN_ENDS = text(
+    "UPDATE indexer_progress SET seen_end_offset = GREATEST(seen_end_offset, u.e)"
+    " FROM unnest(CAST(:ps AS int[]), CAST(:es AS bigint[])) AS u(p, e)"
+    " WHERE consumer_group = :g AND topic = :t AND partition = u.p"
+)
+
+
+async def reconcile(
+    engine: AsyncEngine, bootstrap: str, group: str, topic: str, topic_id: str | None
+) -> Loss | None:
+    """At the indexer's start, before it consumes: remember ``topic_id`` (the current one);
+    if another was remembered, record what was lost and make the group read the new log from
+    its start. Returns the loss, if any."""
+    if topic_id is None:
+        return None
+    async with engine.begin() as conn:
+        old = await conn.scalar(_STORED, {"g": group, "t": topic})
+        await conn.execute(_REMEMBER, {"g": group, "t": topic, "i": topic_id})
+        if old is None or old == topic_id:
+            return None
+        loss = await _record_loss(conn, group, topic, str(old), topic_id)
+        # Committed before the loss is: a crash between leaves the group at the start of the
+        # new log, and the next start finds the id remembered (nothing to do again).
+        partitions = _rewind(bootstrap, group, topic)
+        await conn.execute(_FORGET_PROGRESS, {"g": group, "t": topic})
+    log.error("%s; group %s reads the new log from its start (partitions %s)",
+              loss.describe(), group, partitions)  # fmt: skip
+    return loss
+
+
+async def _record_loss(conn: AsyncConnection, group: str, topic: str, old: str, new: str) -> Loss:
+    rows = (await conn.execute(_UNAPPLIED, {"g": group, "t": topic})).all()
+    ranges = {int(r.partition): (int(r.next_offset), int(r.seen_end_offset)) for r in rows}
+    loss = Loss(topic, old, new, ranges)
+    await conn.execute(
+        _RECORD_LOSS,
+        {
+            "g": group,
+            "t": topic,
+            "old": old,
+            "new": new,
+            "n": loss.records,
+            "ranges": json.dumps({str(p): list(span) for p, span in ranges.items()}),
+        },
+    )
+    return loss
+
+
+def _rewind(bootstrap: str, group: str, topic: str) -> list[int]:
+    """Commit offset 0 for every partition of ``topic`` in ``group`` (no member is consuming:
+    this runs before the process's consumer starts). Blocking."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap.split(","),
+        group_id=group,
+        enable_auto_commit=False,
+        request_timeout_ms=TIMEOUT_MS * 2,
+        bootstrap_timeout_ms=TIMEOUT_MS,
+    )
+    try:
+        partitions = sorted(consumer.partitions_for_topic(topic) or ())
+        if partitions:
+            consumer.commit(
+                {TopicPartition(topic, p): OffsetAndMetadata(0, "", -1) for p in partitions}
+            )
+        return partitions
+    finally:
+        consumer.close()
+
+
+async def remember_ends(
+    conn: AsyncConnection, group: str, topic: str, ends: dict[int, int]
+) -> None:
+    """Keep the greatest end offset seen per partition (what a lost log is counted against)."""
+    if ends:
+        parts = sorted(ends)
+        await conn.execute(
+            _SEEN_ENDS,
+            {"g": group, "t": topic, "ps": parts, "es": [ends[p] for p in parts]},
+        )
+
+
+class TopicWatch:
+    """The id this process started with, compared with the broker's on each refresh."""
+
+    def __init__(self, bootstrap: str, topic: str, started_with: str | None) -> None:
+        self.bootstrap, self.topic, self.started_with = bootstrap, topic, started_with
+
+    def replaced(self) -> str | None:
+        """A reason to restart when the broker now reports another id for the topic (None:
+        the same, or unknown now). Blocking."""
+        now = read_topic_id(self.bootstrap, self.topic)
+        if now is None or self.started_with is None or now == self.started_with:
+            return None
+        return (
+            f"the broker replaced topic {self.topic} (id {self.started_with} -> {now}): "
+            "the consumer's positions belong to the old log"
+        )
+
+
+WATCH_INTERVAL_S = 2.0
+"""How often the running indexer reads the topic's id and end offsets: records acknowledged in
+the last interval before a broker dies are lost uncounted."""
+
+
+async def run_watch(
+    engine: AsyncEngine,
+    watch: TopicWatch,
+    group: str,
+    ends: Callable[[], Awaitable[dict[int, int]]],
+    on_replaced: Callable[[str], None],
+    *,
+    interval_s: float = WATCH_INTERVAL_S,
+) -> None:
+    """Until cancelled: end offsets remembered (``ends``: the documents partitions this
+    process owns), and ``on_replaced`` called with the reason once the topic has a new id."""
+    while True:
+        try:
+            reason = await asyncio.to_thread(watch.replaced)
+            if reason is not None:
+                on_replaced(reason)
+                return
+            seen = await ends()
+            if seen:
+                async with engine.begin() as conn:
+                    await remember_ends(conn, group, watch.topic, seen)
+        except Exception as exc:  # noqa: BLE001 - observational: the next round tries again
+            log.info("topic watch: %s: %s", type(exc).__name__, exc)
+        await asyncio.sleep(interval_s)
