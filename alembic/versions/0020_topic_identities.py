@@ -3,7 +3,9 @@
 ``topic_identities`` keeps the documents topic's id (Kafka's topic id, KIP-516) per consumer
 group; ``indexer_progress.seen_end_offset`` the greatest end offset the indexer saw per
 partition; ``broker_losses`` one row per replaced log found at an indexer's start, with the
-offsets acknowledged by the broker and never applied (services/indexer/topic_identity.py).
+offsets acknowledged by the broker and never applied and how many events accepted over HTTP
+were published again (services/indexer/topic_identity.py); ``accepted_events`` the events the
+query API answered 202 for, until the indexer has them (services/core/accepted_events.py).
 
 Revision ID: 0020
 Revises: 0019
@@ -32,7 +34,13 @@ def upgrade() -> None:
         " detected_at timestamptz NOT NULL DEFAULT now(),"
         " consumer_group text NOT NULL, topic text NOT NULL,"
         " old_topic_id text NOT NULL, new_topic_id text NOT NULL,"
-        " records bigint NOT NULL, ranges jsonb NOT NULL)"
+        " records bigint NOT NULL, ranges jsonb NOT NULL,"
+        " republished bigint NOT NULL DEFAULT 0)"
+    )
+    op.execute(
+        "CREATE TABLE accepted_events ("
+        " event_id text PRIMARY KEY, doc_id text NOT NULL, value bytea NOT NULL,"
+        " accepted_at timestamptz NOT NULL DEFAULT now())"
     )
     # A constant default: no table rewrite.
     op.execute("ALTER TABLE indexer_progress ADD COLUMN seen_end_offset bigint NOT NULL DEFAULT 0")
@@ -40,5 +48,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("ALTER TABLE indexer_progress DROP COLUMN seen_end_offset")
+    op.execute("DROP TABLE accepted_events")
     op.execute("DROP TABLE broker_losses")
     op.execute("DROP TABLE topic_identities")

@@ -17,12 +17,13 @@ import mode
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.core import accepted_events
 from services.core.db.engine import DbTimeouts, make_engine
 from services.core.indexer_health import OffsetReader
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.models import build_adjudicator, build_embedder, build_extractor
-from services.core.producer import max_request_size
+from services.core.producer import make_producer, max_request_size, send_all
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
@@ -132,6 +133,8 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
     unreadable_batches.install()
     _operations(app, settings, endpoints, deps.engine, topic_id)
 
+    _sweep_accepted_events(app, deps.engine)
+
     @app.timer(interval=settings.curation_apply_interval_s, name="apply-curations")  # type: ignore[untyped-decorator]
     async def apply_curations() -> None:
         # Curations made through the API or the CLI reach the documents already stored.
@@ -210,6 +213,19 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
             await lanes.close()
 
     return app
+
+
+def _sweep_accepted_events(app: faust.App, engine: AsyncEngine) -> None:
+    """Accepted events the indexer has handled need no keeping for a broker loss
+    (services/core/accepted_events.py)."""
+
+    @app.timer(interval=accepted_events.SWEEP_INTERVAL_S, name="sweep-accepted-events")  # type: ignore[untyped-decorator]
+    async def sweep() -> None:
+        try:
+            async with engine.begin() as conn:
+                await accepted_events.sweep(conn)
+        except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+            log.info("sweeping accepted events: %s: %s", type(exc).__name__, exc)
 
 
 def _operations(
@@ -353,14 +369,19 @@ def run(settings: Settings, endpoints: Endpoints) -> None:
 
 
 async def _reconcile(settings: Settings, endpoints: Endpoints, topic_id: str | None) -> None:
+    bootstrap, topic = endpoints.kafka_bootstrap_servers, settings.documents_topic
+
+    def republish(records: list[tuple[bytes, bytes]]) -> int:
+        producer = make_producer(bootstrap, settings, timeout_s=30)
+        try:
+            return send_all(producer, topic, records, timeout_s=60)
+        finally:
+            producer.close(timeout=10)
+
     engine = make_engine(endpoints.database_url, pool_size=1)
     try:
         await reconcile(
-            engine,
-            endpoints.kafka_bootstrap_servers,
-            settings.consumer_group,
-            settings.documents_topic,
-            topic_id,
+            engine, bootstrap, settings.consumer_group, topic, topic_id, republish=republish
         )
     finally:
         await engine.dispose()

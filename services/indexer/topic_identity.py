@@ -14,9 +14,11 @@ topic it reads (``topic_identities``), and the greatest end offset it has seen p
 - when it starts, ``reconcile`` compares the id: a new one means the old log is gone. The
   records the broker had acknowledged and the group had not applied (from its next offset up
   to the greatest end offset seen, per partition) are recorded in ``broker_losses`` and logged
-  as an error, with their offsets, since only their publishers can send them again; then the
-  group's committed offsets are set to the new log's start and its progress rows cleared, so
-  the new log is read from its first record (events applied before are skipped by id).
+  as an error, with their offsets; then the group's committed offsets are set to the new
+  log's start and its progress rows cleared, so the new log is read from its first record
+  (events applied before are skipped by id); and the events the query API accepted (202) that
+  the indexer has not handled are published again (services/core/accepted_events.py). Only
+  events published straight to Kafka stay lost: their publishers must send them again.
 
 What is counted is a lower bound: records acknowledged after the last end offset was seen
 (seconds before the broker stopped) are lost too, and cannot be known."""
@@ -34,6 +36,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from services.core import accepted_events
 
 log = logging.getLogger(__name__)
 TIMEOUT_MS = 3000
@@ -74,6 +78,7 @@ class Loss:
     old_topic_id: str
     new_topic_id: str
     ranges: dict[int, tuple[int, int]]
+    republished: int = 0  # accepted events (HTTP, MCP) published again
 
     @property
     def records(self) -> int:
@@ -86,8 +91,9 @@ class Loss:
         return (
             f"the broker replaced topic {self.topic} (id {self.old_topic_id} -> "
             f"{self.new_topic_id}): at least {self.records} records it had acknowledged were "
-            f"never applied and are lost ({spans or 'none'}); publish them again from their "
-            "source"
+            f"never applied ({spans or 'none'}); {self.republished} events accepted over "
+            "HTTP or MCP were published again, the others (published straight to Kafka) are "
+            "lost: publish them again from their source"
         )
 
 
@@ -106,8 +112,10 @@ _UNAPPLIED = text(
 )
 _RECORD_LOSS = text(
     "INSERT INTO broker_losses (consumer_group, topic, old_topic_id, new_topic_id, records,"
-    " ranges) VALUES (:g, :t, :old, :new, :n, CAST(:ranges AS jsonb))"
+    " ranges, republished) VALUES (:g, :t, :old, :new, :n, CAST(:ranges AS jsonb), :r)"
 )
+Republish = Callable[[list[tuple[bytes, bytes]]], int]
+"""Sends (key, value) records to the documents topic and waits for the acks (blocking)."""
 _FORGET_PROGRESS = text("DELETE FROM indexer_progress WHERE consumer_group = :g AND topic = :t")
 _SEEN_ENDS = text(
     "UPDATE indexer_progress SET seen_end_offset = GREATEST(seen_end_offset, u.e)"
@@ -117,11 +125,17 @@ _SEEN_ENDS = text(
 
 
 async def reconcile(
-    engine: AsyncEngine, bootstrap: str, group: str, topic: str, topic_id: str | None
+    engine: AsyncEngine,
+    bootstrap: str,
+    group: str,
+    topic: str,
+    topic_id: str | None,
+    *,
+    republish: Republish,
 ) -> Loss | None:
     """At the indexer's start, before it consumes: remember ``topic_id`` (the current one);
-    if another was remembered, record what was lost and make the group read the new log from
-    its start. Returns the loss, if any."""
+    if another was remembered, record what was lost, make the group read the new log from its
+    start and ``republish`` the accepted events not handled yet. Returns the loss, if any."""
     if topic_id is None:
         return None
     async with engine.begin() as conn:
@@ -129,29 +143,35 @@ async def reconcile(
         await conn.execute(_REMEMBER, {"g": group, "t": topic, "i": topic_id})
         if old is None or old == topic_id:
             return None
-        loss = await _record_loss(conn, group, topic, str(old), topic_id)
-        # Committed before the loss is: a crash between leaves the group at the start of the
-        # new log, and the next start finds the id remembered (nothing to do again).
-        partitions = _rewind(bootstrap, group, topic)
+        # The group rewinds and the accepted events are sent before this transaction commits:
+        # a crash before the commit leaves the old id remembered, and the next start does all
+        # of it again (a second copy of an event is skipped by its id).
+        partitions = await asyncio.to_thread(_rewind, bootstrap, group, topic)
+        waiting = await accepted_events.pending(conn)
+        sent = await asyncio.to_thread(republish, waiting) if waiting else 0
+        loss = await _record_loss(conn, group, topic, (str(old), topic_id), sent)
         await conn.execute(_FORGET_PROGRESS, {"g": group, "t": topic})
     log.error("%s; group %s reads the new log from its start (partitions %s)",
               loss.describe(), group, partitions)  # fmt: skip
     return loss
 
 
-async def _record_loss(conn: AsyncConnection, group: str, topic: str, old: str, new: str) -> Loss:
+async def _record_loss(
+    conn: AsyncConnection, group: str, topic: str, ids: tuple[str, str], republished: int
+) -> Loss:
     rows = (await conn.execute(_UNAPPLIED, {"g": group, "t": topic})).all()
     ranges = {int(r.partition): (int(r.next_offset), int(r.seen_end_offset)) for r in rows}
-    loss = Loss(topic, old, new, ranges)
+    loss = Loss(topic, ids[0], ids[1], ranges, republished)
     await conn.execute(
         _RECORD_LOSS,
         {
             "g": group,
             "t": topic,
-            "old": old,
-            "new": new,
+            "old": ids[0],
+            "new": ids[1],
             "n": loss.records,
             "ranges": json.dumps({str(p): list(span) for p, span in ranges.items()}),
+            "r": republished,
         },
     )
     return loss

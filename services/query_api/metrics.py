@@ -47,6 +47,11 @@ HTTP_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 REJECTED = Counter("kgstream_api_rejected_total", "Requests refused by a limit", ["limit"])
+OUTBOX_FAILURES = Counter(
+    "kgstream_ingest_outbox_failures_total",
+    "Accepted ingest batches the database did not keep for a broker loss (still accepted: the "
+    "broker had them)",
+)
 # Retrieval monitoring (issue 21; services/query_api/monitoring.py, docs/curation.md).
 QUERY_PATHS = Counter(
     "kgstream_query_paths_total",

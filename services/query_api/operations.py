@@ -8,11 +8,13 @@ a title and a detail), which each translation renders its own way."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core import accepted_events
 from services.core.access import Caller
 from services.core.settings import Settings
 from services.core.status import database_status
@@ -30,7 +32,7 @@ from services.query_api.ingest import (
     writable_by,
 )
 from services.query_api.limits import within_limits
-from services.query_api.metrics import observe_failed_query, observe_query
+from services.query_api.metrics import OUTBOX_FAILURES, observe_failed_query, observe_query
 from services.query_api.paths import find_routes
 from services.query_api.problems import Problem, as_problem
 from services.query_api.schemas import (
@@ -44,6 +46,8 @@ from services.query_api.schemas import (
     QueryResponse,
 )
 from services.query_api.service import QueryService
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,13 @@ class Operations:
 
     async def _publish(self, events: list[dict[str, Any]]) -> IngestAccepted:
         await asyncio.to_thread(self.publisher.send, events)
+        try:  # kept until the indexer has them (services/core/accepted_events.py)
+            async with self.service.engine.begin() as conn:
+                await accepted_events.keep(conn, events)
+        except Exception as exc:  # noqa: BLE001 - the broker has them: still accepted
+            OUTBOX_FAILURES.inc()
+            log.warning("accepted events not kept for a broker loss: %s: %s",
+                        type(exc).__name__, exc)  # fmt: skip
         ids = [str(e["event_id"]) for e in events]
         return IngestAccepted(accepted=len(ids), event_ids=ids, topic=self.publisher.topic)
 

@@ -38,6 +38,7 @@ from tests.conftest import Infra
 from tests.integration.test_auth import app_routes
 from tests.integration.test_query_llm_ingest import consume
 from tests.support.cli import env_for, kgstream
+from tests.support.graph import rows_of
 from tests.support.server import serve
 
 pytestmark = pytest.mark.integration
@@ -115,7 +116,9 @@ def assert_problem(resp: httpx.Response, status: int) -> dict[str, Any]:
     return body
 
 
-async def test_ingest_size_edges_and_all_or_nothing(make_client: AppFactory, infra: Infra) -> None:
+async def test_ingest_size_edges_and_all_or_nothing(
+    make_client: AppFactory, infra: Infra, sample_db: str
+) -> None:
     """Failed on 47c574d (limit 2 MB, producer 1 MiB): an event of limit + 1 bytes was accepted,
     and in [small, 1.5 MB, small] the first was published before a 500."""
     client, topic = await make_client()
@@ -131,6 +134,12 @@ async def test_ingest_size_edges_and_all_or_nothing(make_client: AppFactory, inf
     messages = consume(infra.bootstrap, topic, expected=1)
     assert [json.loads(m.value)["event_id"] for m in messages] == ["lim-1"]
     assert len(messages[0].value) == LIMIT
+    # What was accepted is kept for a broker loss (services/core/accepted_events.py), in the
+    # form it was published; what was refused is not.
+    kept = "SELECT event_id, value FROM accepted_events WHERE event_id LIKE 'lim-%'"
+    rows = {r[0]: bytes(r[1]) for r in rows_of(sample_db, kept)}
+    assert rows["lim-1"] == messages[0].value
+    assert not {"lim-2", "lim-3", "lim-4", "lim-5"} & set(rows)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """A broker that forgot its log (memory storage, restarted) is noticed by the topic's id, what it
-lost is recorded, and the group reads the new log from its start (issue 30, the chaos test's
-stall): on 79715af a consumer kept its old position, and skipped the new log's first records
-whenever publishers had refilled it past that position before its next fetch."""
+lost is recorded, the group reads the new log from its start and the events accepted over HTTP
+and not handled yet are published again (issue 30: the chaos test's stall, and 202s lost with
+the embedded broker). On 79715af a consumer kept its old position, and skipped the new log's
+first records whenever publishers had refilled it past that position before its next fetch."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.core import accepted_events
 from services.core.db.engine import make_engine
+from services.core.producer import make_producer, send_all
 from services.core.settings import Settings
-from services.indexer.topic_identity import TopicWatch, read_topic_id, reconcile, remember_ends
+from services.indexer.topic_identity import (
+    Loss,
+    TopicWatch,
+    read_topic_id,
+    reconcile,
+    remember_ends,
+)
 from tests.support.faults import create_topics, moved, own_broker
 from tests.support.graph import scalar
 from tests.support.workers import publish_lines
@@ -22,12 +33,27 @@ from tests.support.workers import publish_lines
 pytestmark = pytest.mark.integration
 
 
-def lines(tag: str, n: int) -> list[str]:
+def events(tag: str, n: int) -> list[dict[str, str]]:
     return [
-        json.dumps({"event_id": f"{tag}-{i}", "doc_id": f"doc-{i}", "type": "delete",
-                    "occurred_at": "2024-01-01T00:00:00Z"})
+        {"event_id": f"{tag}-{i}", "doc_id": f"doc-{i}", "type": "delete",
+         "occurred_at": "2024-01-01T00:00:00Z"}
         for i in range(n)
     ]  # fmt: skip
+
+
+def lines(tag: str, n: int) -> list[str]:
+    return [json.dumps(e) for e in events(tag, n)]
+
+
+def event_ids_on(bootstrap: str, topic: str) -> list[str]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        return sorted(json.loads(m.value)["event_id"] for m in consumer)
+    finally:
+        consumer.close()
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
@@ -49,6 +75,28 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
         consumer.close()
 
 
+async def seed_old_log_state(engine: AsyncEngine, group: str, topic: str) -> None:
+    """The indexer applied offsets 0-2 of each partition and saw the ends at 6; the query API
+    accepted three events (202), of which the indexer handled one."""
+    async with engine.begin() as conn:
+        for p in (0, 1):
+            await conn.execute(
+                text(
+                    "INSERT INTO indexer_progress (consumer_group, topic, partition,"
+                    " next_offset) VALUES (:g, :t, :p, 3)"
+                ),
+                {"g": group, "t": topic, "p": p},
+            )
+        await remember_ends(conn, group, topic, {0: 6, 1: 6})
+        await accepted_events.keep(conn, events("http", 3))
+        await conn.execute(
+            text(
+                "INSERT INTO processed_events (event_id, doc_id, outcome)"
+                " VALUES ('http-0', 'doc-0', 'deleted')"
+            )
+        )
+
+
 async def test_a_replaced_topic_is_reported_and_read_from_its_start(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -60,18 +108,22 @@ async def test_a_replaced_topic_is_reported_and_read_from_its_start(
         first = read_topic_id(bootstrap, topic)
         assert first is not None
         engine = make_engine(url)
+
+        def republish(records: list[tuple[bytes, bytes]]) -> int:
+            producer = make_producer(bootstrap, own, timeout_s=10)
+            try:
+                return send_all(producer, topic, records, timeout_s=30)
+            finally:
+                producer.close(timeout=5)
+
+        async def again(topic_id: str) -> object:
+            return await reconcile(engine, bootstrap, group, topic, topic_id, republish=republish)
+
         try:
-            assert await reconcile(engine, bootstrap, group, topic, first) is None
-            # The indexer applied offsets 0-2 of each partition and saw the ends at 6.
-            async with engine.begin() as conn:
-                for p in (0, 1):
-                    await conn.exec_driver_sql(
-                        "INSERT INTO indexer_progress (consumer_group, topic, partition,"
-                        f" next_offset) VALUES ('{group}', '{topic}', {p}, 3)"
-                    )
-                await remember_ends(conn, group, topic, {0: 6, 1: 6})
+            assert await again(first) is None
+            await seed_old_log_state(engine, group, topic)
             commit(bootstrap, group, topic, {0: 3, 1: 3})
-            assert await reconcile(engine, bootstrap, group, topic, first) is None  # same log
+            assert await again(first) is None  # same log
 
             broker.stop()
             broker.start()
@@ -87,17 +139,20 @@ async def test_a_replaced_topic_is_reported_and_read_from_its_start(
             assert "replaced topic" in reason
             assert TopicWatch(bootstrap, topic, second).replaced() is None
 
-            loss = await reconcile(engine, bootstrap, group, topic, second)
-            assert loss is not None
+            loss = await again(second)
+            assert isinstance(loss, Loss)
             assert loss.ranges == {0: (3, 6), 1: (3, 6)}
             assert loss.records == 6
+            assert loss.republished == 2
             assert "at least 6 records" in loss.describe()
+            on_topic = event_ids_on(bootstrap, topic)
+            assert [e for e in on_topic if e.startswith("http")] == ["http-1", "http-2"]
             assert committed(bootstrap, group, topic) == {0: 0, 1: 0}
             assert scalar(url, "SELECT count(*) FROM indexer_progress") == 0
             row = scalar(url, "SELECT row(records, ranges::text) FROM broker_losses")
             assert "6" in str(row)
             # Started again on the same log: nothing more to do.
-            assert await reconcile(engine, bootstrap, group, topic, second) is None
+            assert await again(second) is None
             assert scalar(url, "SELECT count(*) FROM broker_losses") == 1
         finally:
             await engine.dispose()

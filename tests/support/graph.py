@@ -109,6 +109,16 @@ def scalar(url: str, sql: str, **params: Any) -> Any:
         engine.dispose()
 
 
+def rows_of(url: str, sql: str, **params: Any) -> list[Any]:
+    """All rows of a one-off synchronous query."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(sql), params).all())
+    finally:
+        engine.dispose()
+
+
 def surface_entity(url: str, doc_id: str, surface: str) -> str:
     """The name of the entity a document's mention by ``surface`` resolved to."""
     return str(
