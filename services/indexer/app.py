@@ -27,7 +27,7 @@ from services.core.producer import make_producer, max_request_size, send_all
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
-from services.indexer import consumer_state, fetch_wait, unreadable_batches
+from services.indexer import consumer_state, fetch_wait, resume_positions, unreadable_batches
 from services.indexer.curation_apply import apply_pending
 from services.indexer.event_times import received_wall
 from services.indexer.handlers import (
@@ -47,7 +47,14 @@ from services.indexer.membership import (
 )
 from services.indexer.metrics import LagGauge, PrometheusIndexerObserver
 from services.indexer.pipeline import run_pipelined
-from services.indexer.topic_identity import TopicWatch, read_topic_id, reconcile, run_watch
+from services.indexer.topic_identity import (
+    Described,
+    TopicWatch,
+    describe_topic,
+    reconcile,
+    resume_at,
+    run_watch,
+)
 
 log = logging.getLogger(__name__)
 REJOIN_EXIT_CODE = 3
@@ -129,8 +136,7 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
         observer=observer,
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
-    fetch_wait.install(app, settings.broker_fetch_max_wait_s)
-    unreadable_batches.install()
+    _consumer_patches(app, settings, deps.engine)
     _operations(app, settings, endpoints, deps.engine, topic_id)
 
     _sweep_accepted_events(app, deps.engine)
@@ -213,6 +219,21 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
             await lanes.close()
 
     return app
+
+
+def _consumer_patches(app: faust.App, settings: Settings, engine: AsyncEngine) -> None:
+    """The consumer's fetch wait (fetch_wait.py), unreadable batches (unreadable_batches.py),
+    and, after a rebalance, partitions resumed no higher than the group's own record of them
+    (resume_positions.py, topic_identity.py)."""
+    fetch_wait.install(app, settings.broker_fetch_max_wait_s)
+    unreadable_batches.install()
+    group, topic = settings.consumer_group, settings.documents_topic
+
+    async def lower(committed: dict[int, int | None]) -> dict[int, int]:
+        async with engine.connect() as conn:
+            return await resume_at(conn, group, topic, committed)
+
+    resume_positions.install(app, topic, lower)
 
 
 def _sweep_accepted_events(app: faust.App, engine: AsyncEngine) -> None:
@@ -357,10 +378,9 @@ def run(settings: Settings, endpoints: Endpoints) -> None:
     """Run the indexer worker in this process until SIGINT/SIGTERM. First, before the consumer
     joins: a documents topic the broker replaced since this group last read it (a restarted
     broker on memory storage) is reported with what it lost, and read from its start."""
-    bootstrap, topic = endpoints.kafka_bootstrap_servers, settings.documents_topic
-    topic_id = read_topic_id(bootstrap, topic)
-    asyncio.run(_reconcile(settings, endpoints, topic_id))
-    app = create_app(settings, endpoints, topic_id)
+    described = describe_topic(endpoints.kafka_bootstrap_servers, settings.documents_topic)
+    asyncio.run(_reconcile(settings, endpoints, described))
+    app = create_app(settings, endpoints, None if described is None else described.topic_id)
     # Logging is already set up (services/core/logs.py): faust must not replace the root
     # handlers with its own (colour, plain text), or json mode would not be JSON.
     worker = faust.Worker(app, quiet=True, override_logging=False)
@@ -368,7 +388,7 @@ def run(settings: Settings, endpoints: Endpoints) -> None:
     worker.execute_from_commandline()
 
 
-async def _reconcile(settings: Settings, endpoints: Endpoints, topic_id: str | None) -> None:
+async def _reconcile(settings: Settings, endpoints: Endpoints, described: Described | None) -> None:
     bootstrap, topic = endpoints.kafka_bootstrap_servers, settings.documents_topic
 
     def republish(records: list[tuple[bytes, bytes]]) -> int:
@@ -380,8 +400,6 @@ async def _reconcile(settings: Settings, endpoints: Endpoints, topic_id: str | N
 
     engine = make_engine(endpoints.database_url, pool_size=1)
     try:
-        await reconcile(
-            engine, bootstrap, settings.consumer_group, topic, topic_id, republish=republish
-        )
+        await reconcile(engine, settings.consumer_group, topic, described, republish=republish)
     finally:
         await engine.dispose()

@@ -14,11 +14,16 @@ topic it reads (``topic_identities``), and the greatest end offset it has seen p
 - when it starts, ``reconcile`` compares the id: a new one means the old log is gone. The
   records the broker had acknowledged and the group had not applied (from its next offset up
   to the greatest end offset seen, per partition) are recorded in ``broker_losses`` and logged
-  as an error, with their offsets; then the group's committed offsets are set to the new
-  log's start and its progress rows cleared, so the new log is read from its first record
-  (events applied before are skipped by id); and the events the query API accepted (202) that
+  as an error, with their offsets; then the group's own record of where each partition is
+  (``indexer_progress.next_offset``) is set to 0, and the events the query API accepted (202) that
   the indexer has not handled are published again (services/core/accepted_events.py). Only
-  events published straight to Kafka stay lost: their publishers must send them again.
+  events published straight to Kafka stay lost: their publishers must send them again;
+- whenever partitions are assigned, ``resume_at`` gives each one the smaller of the broker's
+  committed offset and that record, and the indexer seeks there: a broker's committed offset
+  may belong to the old log (the old process committed in the new one before it noticed),
+  and the broker refuses a commit from outside the group while a dead member lingers in it,
+  so the rewind lives in the database. Reading again from a lower offset is always safe
+  (events already handled are skipped by id); only a higher one could lose events.
 
 What is counted is a lower bound: records acknowledged after the last end offset was seen
 (seconds before the broker stopped) are lost too, and cannot be known."""
@@ -26,14 +31,14 @@ What is counted is a lower bound: records acknowledged after the last end offset
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.structs import OffsetAndMetadata
+from kafka import KafkaAdminClient
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -43,31 +48,54 @@ log = logging.getLogger(__name__)
 TIMEOUT_MS = 3000
 
 
-def read_topic_id(bootstrap: str, topic: str) -> str | None:
-    """The topic's id as the broker reports it; None when it cannot say (no such topic, a
-    broker without topic ids, no answer). Blocking."""
+@dataclass(frozen=True)
+class Described:
+    """What the broker says of a topic: its id and its partitions."""
+
+    topic_id: str
+    partitions: tuple[int, ...]
+
+
+def _admin(bootstrap: str) -> KafkaAdminClient:
+    return KafkaAdminClient(
+        bootstrap_servers=bootstrap.split(","),
+        client_id="kgstream-topic-identity",
+        request_timeout_ms=TIMEOUT_MS,
+        bootstrap_timeout_ms=TIMEOUT_MS,
+    )
+
+
+def _describe(admin: KafkaAdminClient, topic: str) -> Described | None:
+    found: list[dict[str, Any]] = admin.describe_topics([topic])
+    for item in found:
+        topic_id = item.get("topic_id")
+        if item.get("error_code") == 0 and topic_id and set(str(topic_id)) - {"0", "-"}:
+            parts = tuple(sorted(int(p["partition_index"]) for p in item.get("partitions") or ()))
+            return Described(str(topic_id), parts)
+    return None
+
+
+def describe_topic(bootstrap: str, topic: str) -> Described | None:
+    """The topic's id and partitions as the broker reports them; None when it cannot say (no
+    such topic, a broker without topic ids, no answer). Blocking."""
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap.split(","),
-            client_id="kgstream-topic-identity",
-            request_timeout_ms=TIMEOUT_MS,
-            bootstrap_timeout_ms=TIMEOUT_MS,
-        )
+        admin = _admin(bootstrap)
     except Exception as exc:  # noqa: BLE001 - unknown is an answer here
         log.info("no topic id for %s: %s", topic, exc)
         return None
     try:
-        described: list[dict[str, Any]] = admin.describe_topics([topic])
+        return _describe(admin, topic)
     except Exception as exc:  # noqa: BLE001 - unknown is an answer here
         log.info("no topic id for %s: %s", topic, exc)
         return None
     finally:
         admin.close()
-    for found in described:
-        topic_id = found.get("topic_id")
-        if found.get("error_code") == 0 and topic_id and set(str(topic_id)) - {"0", "-"}:
-            return str(topic_id)
-    return None
+
+
+def read_topic_id(bootstrap: str, topic: str) -> str | None:
+    """The topic's id (``describe_topic``), or None. Blocking."""
+    described = describe_topic(bootstrap, topic)
+    return None if described is None else described.topic_id
 
 
 @dataclass(frozen=True)
@@ -116,7 +144,20 @@ _RECORD_LOSS = text(
 )
 Republish = Callable[[list[tuple[bytes, bytes]]], int]
 """Sends (key, value) records to the documents topic and waits for the acks (blocking)."""
-_FORGET_PROGRESS = text("DELETE FROM indexer_progress WHERE consumer_group = :g AND topic = :t")
+_REWIND = text(
+    "INSERT INTO indexer_progress (consumer_group, topic, partition, next_offset)"
+    " SELECT :g, :t, p, 0 FROM unnest(CAST(:ps AS int[])) AS u(p)"
+    " ON CONFLICT (consumer_group, topic, partition) DO UPDATE SET next_offset = 0,"
+    " seen_end_offset = 0, retrying_since = NULL, updated_at = now()"
+)
+_DROP_GONE = text(
+    "DELETE FROM indexer_progress WHERE consumer_group = :g AND topic = :t"
+    " AND partition <> ALL(CAST(:ps AS int[]))"
+)
+_NEXT_OFFSETS = text(
+    "SELECT partition, next_offset FROM indexer_progress"
+    " WHERE consumer_group = :g AND topic = :t AND partition = ANY(CAST(:ps AS int[]))"
+)
 _SEEN_ENDS = text(
     "UPDATE indexer_progress SET seen_end_offset = GREATEST(seen_end_offset, u.e)"
     " FROM unnest(CAST(:ps AS int[]), CAST(:es AS bigint[])) AS u(p, e)"
@@ -126,31 +167,33 @@ _SEEN_ENDS = text(
 
 async def reconcile(
     engine: AsyncEngine,
-    bootstrap: str,
     group: str,
     topic: str,
-    topic_id: str | None,
+    described: Described | None,
     *,
     republish: Republish,
 ) -> Loss | None:
-    """At the indexer's start, before it consumes: remember ``topic_id`` (the current one);
-    if another was remembered, record what was lost, make the group read the new log from its
-    start and ``republish`` the accepted events not handled yet. Returns the loss, if any."""
-    if topic_id is None:
+    """At the indexer's start, before it consumes: remember the topic's current id; if
+    another was remembered, record what was lost, set the group's record of every partition
+    to offset 0 (``resume_at``) and ``republish`` the accepted events not handled yet.
+    Returns the loss, if any."""
+    if described is None:
         return None
+    topic_id = described.topic_id
     async with engine.begin() as conn:
         old = await conn.scalar(_STORED, {"g": group, "t": topic})
         await conn.execute(_REMEMBER, {"g": group, "t": topic, "i": topic_id})
         if old is None or old == topic_id:
             return None
-        # The group rewinds and the accepted events are sent before this transaction commits:
-        # a crash before the commit leaves the old id remembered, and the next start does all
-        # of it again (a second copy of an event is skipped by its id).
-        partitions = await asyncio.to_thread(_rewind, bootstrap, group, topic)
+        # The accepted events are sent before this transaction commits: a crash before the
+        # commit leaves the old id remembered, and the next start does all of it again (a
+        # second copy of an event is skipped by its id).
         waiting = await accepted_events.pending(conn)
         sent = await asyncio.to_thread(republish, waiting) if waiting else 0
         loss = await _record_loss(conn, group, topic, (str(old), topic_id), sent)
-        await conn.execute(_FORGET_PROGRESS, {"g": group, "t": topic})
+        partitions = list(described.partitions)
+        await conn.execute(_DROP_GONE, {"g": group, "t": topic, "ps": partitions})
+        await conn.execute(_REWIND, {"g": group, "t": topic, "ps": partitions})
     log.error("%s; group %s reads the new log from its start (partitions %s)",
               loss.describe(), group, partitions)  # fmt: skip
     return loss
@@ -177,25 +220,18 @@ async def _record_loss(
     return loss
 
 
-def _rewind(bootstrap: str, group: str, topic: str) -> list[int]:
-    """Commit offset 0 for every partition of ``topic`` in ``group`` (no member is consuming:
-    this runs before the process's consumer starts). Blocking."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap.split(","),
-        group_id=group,
-        enable_auto_commit=False,
-        request_timeout_ms=TIMEOUT_MS * 2,
-        bootstrap_timeout_ms=TIMEOUT_MS,
-    )
-    try:
-        partitions = sorted(consumer.partitions_for_topic(topic) or ())
-        if partitions:
-            consumer.commit(
-                {TopicPartition(topic, p): OffsetAndMetadata(0, "", -1) for p in partitions}
-            )
-        return partitions
-    finally:
-        consumer.close()
+async def resume_at(
+    conn: AsyncConnection, group: str, topic: str, committed: dict[int, int | None]
+) -> dict[int, int]:
+    """Partitions (of those assigned, with the broker's committed offsets) that must be read
+    from lower than the broker says: partition -> the group's own record, where that is
+    lower. A partition the broker has nothing committed for starts at its beginning anyway."""
+    parts = sorted(committed)
+    rows = (await conn.execute(_NEXT_OFFSETS, {"g": group, "t": topic, "ps": parts})).all()
+    mine = {int(r.partition): int(r.next_offset) for r in rows}
+    return {
+        p: mine[p] for p, at in committed.items() if at is not None and p in mine and mine[p] < at
+    }
 
 
 async def remember_ends(
@@ -211,15 +247,35 @@ async def remember_ends(
 
 
 class TopicWatch:
-    """The id this process started with, compared with the broker's on each refresh."""
+    """The id this process started with, compared with the broker's on each refresh (one
+    admin connection kept between reads, dropped after a failure)."""
 
     def __init__(self, bootstrap: str, topic: str, started_with: str | None) -> None:
         self.bootstrap, self.topic, self.started_with = bootstrap, topic, started_with
+        self._client: KafkaAdminClient | None = None
+
+    def close(self) -> None:
+        """Close the admin connection, if any."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def _current(self) -> str | None:
+        try:
+            if self._client is None:
+                self._client = _admin(self.bootstrap)
+            described = _describe(self._client, self.topic)
+        except Exception as exc:  # noqa: BLE001 - unknown now: asked again next round
+            log.info("no topic id for %s: %s", self.topic, exc)
+            self.close()
+            return None
+        return None if described is None else described.topic_id
 
     def replaced(self) -> str | None:
         """A reason to restart when the broker now reports another id for the topic (None:
         the same, or unknown now). Blocking."""
-        now = read_topic_id(self.bootstrap, self.topic)
+        now = self._current()
         if now is None or self.started_with is None or now == self.started_with:
             return None
         return (

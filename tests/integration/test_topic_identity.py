@@ -20,11 +20,13 @@ from services.core.db.engine import make_engine
 from services.core.producer import make_producer, send_all
 from services.core.settings import Settings
 from services.indexer.topic_identity import (
+    Described,
     Loss,
     TopicWatch,
-    read_topic_id,
+    describe_topic,
     reconcile,
     remember_ends,
+    resume_at,
 )
 from tests.support.faults import create_topics, moved, own_broker
 from tests.support.graph import scalar
@@ -97,6 +99,15 @@ async def seed_old_log_state(engine: AsyncEngine, group: str, topic: str) -> Non
         )
 
 
+def watched(bootstrap: str, topic: str, started_with: str) -> str:
+    """What a running indexer's watch says now ("" for nothing)."""
+    watch = TopicWatch(bootstrap, topic, started_with)
+    try:
+        return watch.replaced() or ""
+    finally:
+        watch.close()
+
+
 async def test_a_replaced_topic_is_reported_and_read_from_its_start(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -105,7 +116,7 @@ async def test_a_replaced_topic_is_reported_and_read_from_its_start(
         own = moved(settings, kafka_bootstrap_servers=broker.bootstrap)
         bootstrap, topic = broker.bootstrap, own.documents_topic
         publish_lines(bootstrap, topic, lines("old", 12))
-        first = read_topic_id(bootstrap, topic)
+        first = describe_topic(bootstrap, topic)
         assert first is not None
         engine = make_engine(url)
 
@@ -116,8 +127,8 @@ async def test_a_replaced_topic_is_reported_and_read_from_its_start(
             finally:
                 producer.close(timeout=5)
 
-        async def again(topic_id: str) -> object:
-            return await reconcile(engine, bootstrap, group, topic, topic_id, republish=republish)
+        async def again(described: Described) -> object:
+            return await reconcile(engine, group, topic, described, republish=republish)
 
         try:
             assert await again(first) is None
@@ -131,13 +142,11 @@ async def test_a_replaced_topic_is_reported_and_read_from_its_start(
             publish_lines(bootstrap, topic, lines("new", 12))  # refilled past position 3
             # A consumer that kept its position committed it in the new log (the race).
             commit(bootstrap, group, topic, {0: 3, 1: 3})
-            second = read_topic_id(bootstrap, topic)
+            second = describe_topic(bootstrap, topic)
             assert second is not None
             assert second != first
-            reason = TopicWatch(bootstrap, topic, first).replaced()
-            assert reason is not None
-            assert "replaced topic" in reason
-            assert TopicWatch(bootstrap, topic, second).replaced() is None
+            assert "replaced topic" in watched(bootstrap, topic, first.topic_id)
+            assert watched(bootstrap, topic, second.topic_id) == ""
 
             loss = await again(second)
             assert isinstance(loss, Loss)
@@ -147,10 +156,14 @@ async def test_a_replaced_topic_is_reported_and_read_from_its_start(
             assert "at least 6 records" in loss.describe()
             on_topic = event_ids_on(bootstrap, topic)
             assert [e for e in on_topic if e.startswith("http")] == ["http-1", "http-2"]
-            assert committed(bootstrap, group, topic) == {0: 0, 1: 0}
-            assert scalar(url, "SELECT count(*) FROM indexer_progress") == 0
-            row = scalar(url, "SELECT row(records, ranges::text) FROM broker_losses")
-            assert "6" in str(row)
+            # The broker's committed offsets (3) belong to the old log: the partitions resume
+            # at the group's own record, 0.
+            assert committed(bootstrap, group, topic) == {0: 3, 1: 3}
+            async with engine.connect() as conn:
+                assert await resume_at(conn, group, topic, {0: 3, 1: 3}) == {0: 0, 1: 0}
+                assert await resume_at(conn, group, topic, {0: None, 1: 0}) == {}
+            row = scalar(url, "SELECT records || '/' || republished FROM broker_losses")
+            assert row == "6/2"
             # Started again on the same log: nothing more to do.
             assert await again(second) is None
             assert scalar(url, "SELECT count(*) FROM broker_losses") == 1
