@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 
 import openai
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from kafka import KafkaProducer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,6 +31,7 @@ from services.core.errors import ConfigurationError
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.models import build_context_adjudicator, build_embedder
+from services.core.producer import make_producer
 from services.core.settings import Settings
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import OpsServer
@@ -151,20 +151,18 @@ def run(settings: Settings, endpoints: Endpoints) -> None:
 
 
 async def _serve(settings: Settings, endpoints: Endpoints) -> None:
-    producer = KafkaProducer(
-        bootstrap_servers=endpoints.kafka_bootstrap_servers.split(","),
-        acks="all",
-        retries=5,
-        client_id="kgstream-communities",
-    )
     # Leiden holds the GIL: a separate process keeps the event loop (and the scheduler) live.
     pool = make_pool()
     client = process_client(settings)  # the process's one OpenAI client (None offline)
+    announcer = kafka_announcer(
+        lambda: make_producer(endpoints.kafka_bootstrap_servers, settings, timeout_s=30),
+        settings.snapshots_topic,
+    )
     deps = build_deps(
         settings,
         endpoints.database_url,
         executor=pool,
-        announce=kafka_announcer(producer, settings.snapshots_topic),
+        announce=announcer,
         observer=PrometheusCommunitiesObserver(),
         client=client,
     )
@@ -245,5 +243,5 @@ async def _serve(settings: Settings, endpoints: Endpoints) -> None:
             scheduler.shutdown(wait=False)
         await ops.stop()
         pool.shutdown(wait=False, cancel_futures=True)
-        producer.close(timeout=5)
+        await asyncio.to_thread(announcer.close)
         await deps.engine.dispose()

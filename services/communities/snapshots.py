@@ -5,6 +5,7 @@ both or neither), retention of the last N, and the `kgstream.snapshots` announce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable
@@ -173,12 +174,41 @@ async def prune(engine: AsyncEngine, keep: int) -> int:
     return len(ids)
 
 
-def kafka_announcer(producer: Any, topic: str, timeout_s: float = 30.0) -> Announcer:
-    """Announce on ``topic`` with a kafka-python producer (waits for the broker's ack)."""
+class KafkaAnnouncer:
+    """Announces on ``topic`` with a kafka-python producer from ``make_producer`` (waits for
+    the broker's ack). A failed send drops the producer and the next announcement makes a new
+    one: a restarted broker has forgotten it (issue 30)."""
 
-    async def announce(event: dict[str, Any]) -> None:
+    def __init__(
+        self, make_producer: Callable[[], Any], topic: str, timeout_s: float = 30.0
+    ) -> None:
+        self.make_producer, self.topic, self.timeout_s = make_producer, topic, timeout_s
+        self._producer: Any = None
+
+    async def __call__(self, event: dict[str, Any]) -> None:
         value = json.dumps(event, separators=(",", ":")).encode("utf-8")
-        future = producer.send(topic, key=str(event["snapshot_id"]).encode(), value=value)
-        await asyncio.to_thread(future.get, timeout_s)
+        if self._producer is None:
+            self._producer = await asyncio.to_thread(self.make_producer)
+        producer = self._producer
+        try:
+            future = producer.send(self.topic, key=str(event["snapshot_id"]).encode(), value=value)
+            await asyncio.to_thread(future.get, self.timeout_s)
+        except Exception:
+            self._producer = None
+            with contextlib.suppress(Exception):
+                producer.close(timeout=0)
+            raise
 
-    return announce
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Close the producer, if one was made."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.close(timeout=timeout_s)
+
+
+def kafka_announcer(
+    make_producer: Callable[[], Any], topic: str, timeout_s: float = 30.0
+) -> KafkaAnnouncer:
+    """A ``KafkaAnnouncer``."""
+    return KafkaAnnouncer(make_producer, topic, timeout_s)

@@ -7,6 +7,7 @@ records) between two sends of one long-lived producer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from services.communities.snapshots import kafka_announcer
 from services.core.errors import TransientError
 from services.core.infra.broker import EmbeddedBroker
 from services.core.producer import make_producer, publish_events
@@ -103,3 +105,31 @@ def test_a_cli_producer_recovers_from_a_broker_restart(settings: Settings, tmp_p
             assert "after" in events_on(broker.bootstrap, topic)
         finally:
             producer.close(timeout=1)
+
+
+async def test_the_snapshot_announcer_recovers_from_a_broker_restart(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The communities worker's producer (snapshot announcements), kept across a restart: on
+    79715af it was an idempotent producer made once per process."""
+    with own_broker(tmp_path, settings) as broker:
+        own = moved(settings, kafka_bootstrap_servers=broker.bootstrap)
+        announce = kafka_announcer(
+            lambda: make_producer(broker.bootstrap, own, timeout_s=3), own.snapshots_topic, 5
+        )
+        try:
+            await announce({"snapshot_id": 1})
+            restart(broker, own)
+            sent = False
+            deadline = time.monotonic() + DEADLINE_S
+            failures: list[str] = []
+            while not sent and time.monotonic() < deadline:
+                try:
+                    await announce({"snapshot_id": 2})
+                    sent = True
+                except Exception as exc:  # noqa: BLE001 - recorded, tried again
+                    failures.append(f"{type(exc).__name__}: {exc}"[:200])
+                    await asyncio.sleep(0.5)
+            assert sent, f"never announced again: {failures[-3:]}"
+        finally:
+            announce.close()

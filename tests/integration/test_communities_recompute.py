@@ -117,7 +117,7 @@ async def test_first_build_publishes_a_nested_snapshot(
 ) -> None:
     deps = community_deps
     producer_deps = dataclasses.replace(
-        deps, announce=kafka_announcer(_producer(infra), settings.snapshots_topic)
+        deps, announce=kafka_announcer(lambda: _producer(infra), settings.snapshots_topic)
     )
     result = await tick(producer_deps, EAGER)
     assert result.outcome == "published"
