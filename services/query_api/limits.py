@@ -7,7 +7,8 @@ pure ASGI, and a body is buffered only once its size and type have passed their 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -102,7 +103,9 @@ class Admission:
     ``body_timeout_s``, 408 beyond it), so a caller that sends its headers and then nothing,
     or a byte now and then, never holds a place another caller needs: it holds a connection
     and a place among the requests waiting for their bodies, which a newcomer takes from it
-    when they are all taken (issue 30, finding 3).
+    when they are all taken (issue 30, finding 3). Likewise the place is given back once the
+    app has made its response, before it is sent: a caller that reads nothing holds a
+    connection, never a place.
 
     The caller is authenticated first, before its request may wait for anything (its body
     included): a malformed, unknown or revoked key is 401 at once, and so is a missing one
@@ -140,28 +143,40 @@ class Admission:
         # A place is taken while the key is looked up, so lookups of unknown keys (one query
         # each; verified keys are cached) are bounded like everything else; it is given back
         # before the body is waited for.
-        self.in_flight += 1
-        try:
+        with self._place(None):
             principal = await self._principal(scope, receive, send)
-        finally:
-            self.in_flight -= 1
         if principal is None:
             return
         body = await self._body(principal, scope, receive, send)
         if body is None:
             return
-        key = principal.key.id if principal.key is not None else None
+        with self._place(principal.key.id if principal.key is not None else None) as release:
+            await self._timed(scope, replayed(body, receive), send, release)
+
+    @contextmanager
+    def _place(self, key: int | None) -> Iterator[Callable[[], None]]:
+        """A place (and one of ``key``'s share) held until the block ends or the function it
+        yields is called, whichever comes first."""
         self.in_flight += 1
         if key is not None:
             self.by_key[key] = self.by_key.get(key, 0) + 1
-        try:
-            await self._timed(scope, replayed(body, receive), send)
-        finally:
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if not held:
+                return
+            held = False
             self.in_flight -= 1
             if key is not None:
                 self.by_key[key] -= 1
                 if not self.by_key[key]:
                     del self.by_key[key]
+
+        try:
+            yield release
+        finally:
+            release()
 
     async def _body(
         self, principal: Principal, scope: Scope, receive: Receive, send: Send
@@ -226,19 +241,35 @@ class Admission:
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         await problem(429, "Too Many Requests", detail, scope["path"], retry)(scope, receive, send)
 
-    async def _timed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
+    async def _timed(
+        self, scope: Scope, receive: Receive, send: Send, release: Callable[[], None]
+    ) -> None:
+        # The response is held back until the app has made all of it, and the place is given
+        # back before it is sent: a caller that does not read its responses (pipelining
+        # requests on one connection until the server's send buffers are full) holds a
+        # connection, never a place. Responses are whole in memory anyway (JSON, and static
+        # files below 64 KiB); a streaming route would have to be exempt.
+        response: list[AsgiMessage] = []
+        delivering = False
 
-        async def tracked(message: AsgiMessage) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def deliver() -> None:
+            nonlocal delivering
+            release()
+            delivering = True
+            while response:
+                await send(response.pop(0))
+
+        async def held(message: AsgiMessage) -> None:
+            response.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await deliver()
 
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await self.app(scope, receive, tracked)
+            async with asyncio.timeout(self.timeout_s):  # the work and the delivery
+                await self.app(scope, receive, held)
+                await deliver()  # what the app left unfinished, if anything (the server ends it)
         except TimeoutError:
-            if started:  # too late for a problem document: the client sees a cut response
+            if delivering:  # too late for a problem document: the client sees a cut response
                 raise
             REJECTED.labels(limit="Gateway Timeout").inc()
             detail = f"the request took longer than {self.timeout_s:g} s (KGSTREAM_QUERY_TIMEOUT_S)"

@@ -8,11 +8,13 @@ bodies give way to newcomers, the one idle longest first."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.core.api_keys import create_key
 from services.core.db.engine import make_engine
@@ -125,12 +127,13 @@ async def test_keyless_loopback_callers_may_use_every_place(make_client: AppFact
         await asyncio.gather(*tasks)
 
 
-class Arrivals:
-    """Wraps the app (``wrap``) to count the HTTP requests that have reached it (in the
-    server's thread)."""
+class Observer:
+    """Wraps the app (``wrap``) to count the HTTP requests that have reached it and to see the
+    sends that wait for a client to read (in the server's thread)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.sending: dict[int, float] = {}  # a send in progress -> when it began
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         self.app = app
@@ -139,14 +142,28 @@ class Arrivals:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             self.count += 1
-        await self.app(scope, receive, send)
+
+        async def timed(message: Message) -> None:
+            token = object()
+            self.sending[id(token)] = time.monotonic()
+            try:
+                await send(message)
+            finally:
+                del self.sending[id(token)]
+
+        await self.app(scope, receive, timed)
+
+    def stuck(self, n: int) -> bool:
+        """Whether n sends have waited for their clients for over a second."""
+        now = time.monotonic()
+        return sum(now - began > 1 for began in list(self.sending.values())) >= n
 
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 async def idle_posts(
-    url: str, arrivals: Arrivals, headers: list[dict[str, str]]
+    url: str, arrivals: Observer, headers: list[dict[str, str]]
 ) -> list[Connection]:
     """One connection per ``headers`` that sends the headers of a POST /v1/query (announcing a
     body) and then nothing; returned once all have reached the app."""
@@ -186,7 +203,7 @@ async def test_callers_that_send_no_body_hold_no_place(serve_api: ServeApi, samp
     (here for as long as they like) and the other key is served."""
     idlers = [await new_key(sample_db, ["query"]) for _ in range(2)]
     other = await new_key(sample_db, ["query"])
-    arrivals = Arrivals()
+    arrivals = Observer()
     # default places (16, 8 per key); a body timeout longer than the test
     with serve_api(wrap=arrivals.wrap, api_body_timeout_s=HOLD_S) as url:
         idle = await idle_posts(url, arrivals, [bearer(k) for k in idlers for _ in range(8)])
@@ -207,7 +224,7 @@ async def test_idle_senders_beyond_the_waiting_bound_give_way(
     senders with room for four: eight give way at once, and another caller is still served."""
     idlers = [await new_key(sample_db, ["query"]) for _ in range(2)]
     other = await new_key(sample_db, ["query"])
-    arrivals = Arrivals()
+    arrivals = Observer()
     settings = {"api_body_timeout_s": HOLD_S, "api_max_waiting_bodies": 4}
     with serve_api(wrap=arrivals.wrap, **settings) as url:
         idle = await idle_posts(url, arrivals, [bearer(k) for k in idlers for _ in range(6)])
@@ -227,3 +244,41 @@ async def test_idle_senders_beyond_the_waiting_bound_give_way(
     for answer in dropped:
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
         assert b"KGSTREAM_API_MAX_WAITING_BODIES" in answer, answer[:600]
+
+
+async def unread_pipeline(url: str, path: str, n: int) -> socket.socket:
+    """A connection that sends n GETs of ``path`` at once (pipelined) and reads nothing, with
+    a small receive buffer; close the socket to hang up."""
+    base = httpx.URL(url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (base.host, base.port))
+    request = f"GET {path} HTTP/1.1\r\nHost: {base.host}:{base.port}\r\n\r\n".encode()
+    await loop.sock_sendall(sock, request * n)
+    return sock
+
+
+async def test_callers_that_read_no_response_hold_no_place(
+    serve_api: ServeApi, sample_db: str
+) -> None:
+    """Failed before: a caller that pipelined requests on a connection and read nothing filled
+    the server's send buffers, and the response that no longer fitted waited in the app's send
+    holding its place for the whole time budget (KGSTREAM_QUERY_TIMEOUT_S): two such
+    connections held both of two places and another key got 429. Now the place is given back
+    once the response is made, before it is sent."""
+    other = await new_key(sample_db, ["query"])
+    observer = Observer()
+    settings = {"query_max_concurrent": 2, "query_timeout_s": HOLD_S}
+    with serve_api(wrap=observer.wrap, **settings) as url:
+        # /openapi.json: 27 kB each, some 150 of them fill the buffers on loopback
+        unread = [await unread_pipeline(url, "/openapi.json", 400) for _ in range(2)]
+        try:
+            stuck = await asyncio.to_thread(wait_until, lambda: observer.stuck(2), 60)
+            assert stuck, f"{len(observer.sending)} sends wait, {observer.count} requests seen"
+            statuses = await queries(url, bearer(other))
+        finally:
+            for sock in unread:
+                sock.close()
+    assert statuses.count(200) == len(statuses), statuses
