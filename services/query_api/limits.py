@@ -22,7 +22,7 @@ from services.core.cloudevents import is_json_media_type
 from services.core.settings import Settings
 from services.query_api.auth import PRINCIPAL_STATE, Principal, Unauthorized
 from services.query_api.metrics import REJECTED
-from services.query_api.problems import RETRY_AFTER_S, Problem, problem
+from services.query_api.problems import RETRY_AFTER_S, Problem, ProblemResponse, problem
 from services.query_api.schemas import QueryRequest
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -142,10 +142,11 @@ class Admission:
             return
         # A place is taken while the key is looked up, so lookups of unknown keys (one query
         # each; verified keys are cached) are bounded like everything else; it is given back
-        # before the body is waited for.
+        # before a refusal is sent or the body is waited for.
         with self._place(None):
-            principal = await self._principal(scope, receive, send)
-        if principal is None:
+            principal = await self._principal(scope)
+        if not isinstance(principal, Principal):
+            await principal(scope, receive, send)
             return
         body = await self._body(principal, scope, receive, send)
         if body is None:
@@ -212,7 +213,8 @@ class Admission:
             f"{self.per_key} (KGSTREAM_QUERY_MAX_CONCURRENT_PER_KEY)"
         )
 
-    async def _principal(self, scope: Scope, receive: Receive, send: Send) -> Principal | None:
+    async def _principal(self, scope: Scope) -> Principal | ProblemResponse:
+        """The request's principal, or the refusal to answer it with (401, 503)."""
         authorization = Headers(scope=scope).get("authorization")
         try:
             principal = await self.authenticate(authorization)
@@ -222,17 +224,11 @@ class Admission:
                 # route.
                 return _NO_KEY
             challenge = {"WWW-Authenticate": exc.challenge}
-            await problem(401, exc.title, exc.detail, scope["path"], challenge)(
-                scope, receive, send
-            )
-            return None
+            return problem(401, exc.title, exc.detail, scope["path"], challenge)
         except SQLAlchemyError as exc:
             retry = {"Retry-After": str(RETRY_AFTER_S)}
             detail = f"could not look up the API key: {type(exc).__name__}"
-            await problem(503, "Database unavailable", detail, scope["path"], retry)(
-                scope, receive, send
-            )
-            return None
+            return problem(503, "Database unavailable", detail, scope["path"], retry)
         scope.setdefault("state", {})[PRINCIPAL_STATE] = principal  # for the route's checks
         return principal
 
@@ -303,6 +299,13 @@ class Bodies:
     async def read(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The body; None when the request was answered here (408, or a refusal of BodyLimits
         such as 413) or the client went away first."""
+        body = await self._receive(scope, receive)
+        if isinstance(body, ProblemResponse):
+            await body(scope, receive, send)  # no longer counted among the waiting
+            return None
+        return body
+
+    async def _receive(self, scope: Scope, receive: Receive) -> bytes | ProblemResponse | None:
         loop = asyncio.get_running_loop()
         chunks: list[bytes] = []
         waiting = None
@@ -318,13 +321,9 @@ class Bodies:
                     if not message.get("more_body", False):
                         return b"".join(chunks)
         except TimeoutError:
-            await self._timed_out(waiting is not None and waiting.dropped, scope, receive, send)
-            return None
+            return self._timed_out(waiting is not None and waiting.dropped, scope["path"])
         except Problem as refused:  # BodyLimits, while the body streamed in
-            await problem(refused.status, refused.title, refused.detail, scope["path"])(
-                scope, receive, send
-            )
-            return None
+            return problem(refused.status, refused.title, refused.detail, scope["path"])
         finally:
             if waiting is not None:
                 self.waiting.discard(waiting)
@@ -339,7 +338,7 @@ class Bodies:
         self.waiting.add(waiting)
         return waiting
 
-    async def _timed_out(self, dropped: bool, scope: Scope, receive: Receive, send: Send) -> None:
+    def _timed_out(self, dropped: bool, path: str) -> ProblemResponse:
         REJECTED.labels(limit="Request Timeout").inc()
         if dropped:
             detail = (
@@ -352,7 +351,7 @@ class Bodies:
                 f"the request body did not arrive within {self.timeout_s:g} s "
                 "(KGSTREAM_API_BODY_TIMEOUT_S)"
             )
-        await problem(408, "Request Timeout", detail, scope["path"])(scope, receive, send)
+        return problem(408, "Request Timeout", detail, path)
 
 
 def replayed(body: bytes, receive: Receive) -> Receive:
