@@ -268,6 +268,7 @@ class Admission:
             if delivering:  # too late for a problem document: the client sees a cut response
                 raise
             REJECTED.labels(limit="Gateway Timeout").inc()
+            release()  # the work has stopped
             detail = f"the request took longer than {self.timeout_s:g} s (KGSTREAM_QUERY_TIMEOUT_S)"
             await problem(504, "Request timed out", detail, scope["path"])(scope, receive, send)
 

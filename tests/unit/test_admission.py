@@ -1,6 +1,6 @@
 """Admission (services/query_api/limits.py) holds no place while it waits for a client: not for
 a body the client is slow to send, nor for a response the client is slow to read, whether the
-app's own or a refusal of admission (issue 30, finding 3 and its review)."""
+app's own or a refusal of admission's (401, 504) (issue 30, finding 3)."""
 
 from __future__ import annotations
 
@@ -24,18 +24,19 @@ async def authenticate(authorization: str | None) -> Principal:
 
 
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
-    await receive()  # the body
+    if (await receive())["body"] == b"hang":
+        await asyncio.Event().wait()  # past any time budget
     await JSONResponse({"ok": True})(scope, receive, send)
 
 
-def admission() -> Admission:
+def admission(timeout_s: float) -> Admission:
     return Admission(
         app,
         exempt=(),
         authenticate=authenticate,
         max_concurrent=1,
         per_key=1,
-        timeout_s=60,
+        timeout_s=timeout_s,
         body_timeout_s=60,
         max_waiting_bodies=4,
     )
@@ -48,13 +49,13 @@ def scope(authorization: str | None = None) -> Scope:
     return {"type": "http", "method": "POST", "path": "/v1/query", "headers": headers}
 
 
-def body(*, arrives: bool) -> Receive:
-    never = asyncio.Event()
+def body(content: bytes | None = b"{}") -> Receive:
+    """The request's body (None: it never comes)."""
 
     async def receive() -> Message:
-        if not arrives:
-            await never.wait()
-        return {"type": "http.request", "body": b"{}", "more_body": False}
+        if content is None:
+            await asyncio.Event().wait()
+        return {"type": "http.request", "body": content, "more_body": False}
 
     return receive
 
@@ -79,29 +80,27 @@ async def waiting_for(
 
 
 @pytest.mark.parametrize(
-    ("authorization", "arrives", "status"),
+    ("authorization", "content", "status"),
     [
-        (None, True, 200),  # the app's response, unread
-        ("Bearer bad", True, 401),  # the key check's refusal, unread
-        (None, False, None),  # a body that does not come
+        (None, b"{}", 200),  # the app's response, unread
+        ("Bearer bad", b"{}", 401),  # the key check's refusal, unread
+        (None, b"hang", 504),  # the time budget's refusal, unread
+        (None, None, None),  # a body that does not come
     ],
 )
 async def test_no_place_is_held_while_the_client_is_awaited(
-    authorization: str | None, arrives: bool, status: int | None
+    authorization: str | None, content: bytes | None, status: int | None
 ) -> None:
-    gate = admission()
+    gate = admission(timeout_s=1e-6 if content == b"hang" else 60)
     request = scope(authorization)
-    task, sent = await waiting_for(
-        lambda send: gate(request, body(arrives=arrives), send), reads=False
-    )
+    task, sent = await waiting_for(lambda send: gate(request, body(content), send), reads=False)
     try:
         assert not task.done()
         assert [m.get("status") for m in sent] == ([status] if status else [])
         assert gate.in_flight == 0, "a place is held while the client is awaited"
         # and the one place serves another caller meanwhile
-        other, answer = await waiting_for(
-            lambda send: gate(scope(), body(arrives=True), send), reads=True
-        )
+        gate.timeout_s = 60
+        other, answer = await waiting_for(lambda send: gate(scope(), body(), send), reads=True)
         assert other.done()
         assert answer[0]["status"] == 200
     finally:
