@@ -53,7 +53,9 @@ def dlq_replay(
     topic: Annotated[str | None, typer.Option(help="Target (default: documents topic).")] = None,
 ) -> None:
     """Publish dead letters' raw payloads again (after fixing their cause), oldest first; each
-    is marked replayed once the broker has acknowledged it. Exit code 1 when any was refused."""
+    is marked replayed once the broker has acknowledged it. One run sends each letter there was
+    when it started at most once (a record that fails again is a new letter, for the next run).
+    Exit code 1 when any was refused."""
     from services.cli.dlq_replay import replay
     from services.core.db.engine import DbTimeouts, make_engine
     from services.core.infra.manager import resolve_endpoints

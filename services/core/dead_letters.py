@@ -2,7 +2,9 @@
 
 A replay is atomic per letter: a letter is marked replayed only once the broker has
 acknowledged it, so a second replay sends nothing the first one delivered, and a refused letter
-(too large for the producer, say) stays unreplayed with its reason while the others go."""
+(too large for the producer, say) stays unreplayed with its reason while the others go. One run
+sends each letter at most once, and only letters there were when it started: a replayed record
+that fails again is a new letter, left for the next run."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ _NEWEST = text(
 _UNREPLAYED_AFTER = text(
     'SELECT id, event_id, doc_id, topic, partition, "offset", record_timestamp, key, reason,'
     " detail, created_at, replayed_at, raw, headers FROM dead_letters"
-    " WHERE replayed_at IS NULL AND id > :after"
+    " WHERE replayed_at IS NULL AND id > :after AND id <= :last"
     " AND (cardinality(CAST(:ids AS bigint[])) = 0 OR id = ANY(:ids))"
     " ORDER BY id LIMIT :limit"
 )
@@ -121,9 +123,16 @@ async def replay_dead_letters(
     letter is sent (its value with its headers: a CloudEvent in binary mode is both), and
     marked replayed only once the broker has acknowledged it. A crash between the ack and the
     mark leaves the letter unreplayed: the next replay sends it again, and the indexer skips
-    that second copy by its event id."""
+    that second copy by its event id.
+
+    A run sends each letter at most once: it reads the letters in id order with a cursor that
+    only moves forward, up to the newest id there was when it started. A replayed record that
+    the indexer dead-letters again while the run goes on is a new letter with a later id, so it
+    waits for the next run (without that bound one run sent its own failures again and again:
+    issue 30, finding 5)."""
+    last = await _newest_id(engine)
     after = 0
-    while page_letters := await _unreplayed_after(engine, after, ids, page):
+    while page_letters := await _unreplayed_after(engine, after, last, ids, page):
         after = page_letters[-1].id
         letters = [d for d in page_letters if d.reason not in NOT_REPLAYABLE]
         for letter in page_letters:
@@ -144,10 +153,18 @@ async def replay_dead_letters(
             yield Replayed(letter.id, reason)
 
 
+async def _newest_id(engine: AsyncEngine) -> int:
+    # Ids come from a sequence: every letter made after this read (those this run's own sends
+    # cause included) has a larger id, and is left for the next run.
+    async with engine.connect() as conn:
+        newest = await conn.scalar(text("SELECT coalesce(max(id), 0) FROM dead_letters"))
+        return int(newest)
+
+
 async def _unreplayed_after(
-    engine: AsyncEngine, after: int, ids: Sequence[int], limit: int
+    engine: AsyncEngine, after: int, last: int, ids: Sequence[int], limit: int
 ) -> list[DeadLetter]:
-    params = {"after": after, "ids": list(ids), "limit": limit}
+    params = {"after": after, "last": last, "ids": list(ids), "limit": limit}
     return await _read(engine, _UNREPLAYED_AFTER, params)
 
 

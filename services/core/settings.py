@@ -531,8 +531,17 @@ class Settings(BaseSettings):
     api_body_timeout_s: float = Field(
         default=5.0,
         gt=0,
-        description="Time an admitted API request has for its whole body to arrive: 408 "
-        "beyond it, and its admission place is free again.",
+        description="Time an API request has for its whole body to arrive, after its key is "
+        "checked and before it is admitted (a request takes an admission place only with its "
+        "body in): 408 beyond it.",
+    )
+    api_max_waiting_bodies: int = Field(
+        default=32,
+        ge=1,
+        description="API requests that may wait for their bodies at once (each holds at most "
+        "KGSTREAM_API_MAX_BODY_BYTES of memory and no admission place). A request beyond it "
+        "takes the place of the one that has sent nothing for longest, which is answered 408: "
+        "callers that send nothing cannot keep out those that send their bodies.",
     )
     api_loop_stall_s: float = Field(
         default=15.0,

@@ -153,6 +153,7 @@ def _guard(app: FastAPI, settings: Settings) -> None:
         per_key=settings.query_max_concurrent_per_key,
         timeout_s=settings.query_timeout_s,
         body_timeout_s=settings.api_body_timeout_s,
+        max_waiting_bodies=settings.api_max_waiting_bodies,
     )
     app.add_middleware(BodyLimits, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(HttpMetrics, router=app.router)  # outermost: counts refusals too

@@ -38,6 +38,7 @@ from services.query_api.auth import (
     is_loopback,
 )
 from services.query_api.documents import DocumentRead
+from services.query_api.limits import replayed
 from services.query_api.operations import Operations
 from services.query_api.problems import as_problem, problem
 from services.query_api.schemas import (
@@ -373,13 +374,13 @@ class McpEndpoint:
                 detail = f"this API key lacks the {needed!r} scope ({tool})"
                 await problem(403, "Forbidden", detail, PATH, challenge)(scope, receive, send)
                 return
-            receive = _replay(body, receive)
+            receive = replayed(body, receive)
         await self.server.session_manager.handle_request(scope, receive, send)
 
 
 async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body (its size is bounded by BodyLimits before it gets here); None
-    when the client disconnected first."""
+    """The whole request body (admission has read it, bounded by BodyLimits, and replays it in
+    one message); None when the client disconnected first."""
     chunks = []
     while True:
         message = await receive()
@@ -389,19 +390,6 @@ async def _read_body(receive: Receive) -> bytes | None:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replayed() -> Any:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
 
 
 def _refused_tool(body: bytes, principal: Principal) -> tuple[str, str] | None:

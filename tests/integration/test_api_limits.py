@@ -13,6 +13,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ import httpx
 import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.responses import Response
 from starlette.routing import Mount, Route
+from starlette.types import ASGIApp
 
 from services.core.api_keys import create_key
 from services.core.contracts import encode_event
@@ -273,18 +277,39 @@ async def test_query_time_budget_is_504(make_client: AppFactory) -> None:
     assert (await client.get("/healthz")).status_code == 200  # other routes are not timed
 
 
+ServeApi = Callable[..., AbstractContextManager[str]]
+
+
 @pytest.fixture
-def served(
+def serve_api(
     sample_db: str,
     infra: Infra,
     embedder: OnnxMiniLmEmbedder,
     extractor: SpacyExtractor,
     cpu_pool: ThreadPoolExecutor,
-) -> Iterator[str]:
-    """The app under a real uvicorn server (lifespan off: these requests need no database)."""
-    settings = Settings(database_url=sample_db, kafka_bootstrap_servers=infra.bootstrap)
-    service = build_query_service(settings, make_engine(sample_db), embedder, extractor, cpu_pool)
-    with serve(create_app(settings, Endpoints(sample_db, infra.bootstrap), service), "off") as url:
+) -> ServeApi:
+    """serve_api(wrap=None, **settings): the app on the sample database under a real uvicorn
+    server (lifespan off: start-up checks and background tasks are not needed here), wrapped
+    in ``wrap`` if given; a context manager that yields its base URL."""
+
+    @contextmanager
+    def start(wrap: Callable[[ASGIApp], ASGIApp] | None = None, **overrides: Any) -> Iterator[str]:
+        settings = Settings(
+            database_url=sample_db, kafka_bootstrap_servers=infra.bootstrap, **overrides
+        )
+        engine = make_engine(sample_db)  # its own: used only on the server's event loop
+        service = build_query_service(settings, engine, embedder, extractor, cpu_pool)
+        app = create_app(settings, Endpoints(sample_db, infra.bootstrap), service)
+        with serve(wrap(app) if wrap else app, "off") as url:
+            yield url
+
+    return start
+
+
+@pytest.fixture
+def served(serve_api: ServeApi) -> Iterator[str]:
+    """The app under a real uvicorn server, default settings."""
+    with serve_api() as url:
         yield url
 
 
@@ -363,37 +388,43 @@ def test_a_record_the_broker_refuses_is_a_rejected_line(
 
 
 ALWAYS_OPEN = {"/healthz", "/readyz", "/metrics"}  # probes and scrapes: outside admission
-HOLD_S = 60.0  # KGSTREAM_API_BODY_TIMEOUT_S for tests whose holders stall their bodies
+HOLD_S = 60.0  # KGSTREAM_API_BODY_TIMEOUT_S for tests whose requests stall their bodies
+HELD = "/test/held"  # a route of the tests' own: once admitted, it waits for their release
 
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def hold(
-    client: httpx.AsyncClient, release: asyncio.Event, headers: dict[str, str] | None = None
-) -> httpx.Response:
-    """A request that keeps its admission place until ``release`` (its body never ends
-    before), then is refused (nothing is published)."""
+class Holders:
+    """The HELD route on an app: each request to it holds its admission place until the
+    release event is set, then answers 204."""
 
-    async def body() -> AsyncIterator[bytes]:
-        yield b'{"event_id": '
-        await release.wait()
-        yield b"1}"
+    def __init__(self) -> None:
+        self.release, self.admitted = asyncio.Event(), 0
 
-    headers = {"content-type": "application/json", **(headers or {})}
-    return await client.post("/v1/documents", content=body(), headers=headers)
+    async def held(self) -> Response:
+        self.admitted += 1
+        await self.release.wait()
+        return Response(status_code=204)
 
 
 async def holding(
     client: httpx.AsyncClient, n: int, headers: dict[str, str] | None = None
 ) -> tuple[asyncio.Event, list[Any]]:
-    """n holders admitted and waiting (release the event, then await the tasks)."""
-    release = asyncio.Event()
-    tasks = [asyncio.create_task(hold(client, release, headers)) for _ in range(n)]
-    await asyncio.sleep(0.2)  # each has passed admission and waits for its body
-    assert not any(t.done() for t in tasks)
-    return release, tasks
+    """n requests admitted and holding their places (set the event, then await the tasks)."""
+    app = client._transport.app  # type: ignore[attr-defined]
+    holders = Holders()
+    app.router.routes = [r for r in app.router.routes if getattr(r, "path", None) != HELD]
+    app.add_api_route(HELD, holders.held, methods=["POST"], include_in_schema=False)
+    post = partial(client.post, HELD, json={}, headers=headers)
+    tasks = [asyncio.create_task(post()) for _ in range(n)]
+    deadline = time.monotonic() + 30
+    while holders.admitted < n:
+        assert not any(t.done() for t in tasks), [t.result() for t in tasks if t.done()]
+        assert time.monotonic() < deadline, f"{holders.admitted} of {n} admitted"
+        await asyncio.sleep(0.02)
+    return holders.release, tasks
 
 
 def route_urls(app: Any) -> list[tuple[str, str, str]]:
@@ -407,7 +438,7 @@ def route_urls(app: Any) -> list[tuple[str, str, str]]:
 async def test_every_route_but_the_probes_is_under_admission(make_client: AppFactory) -> None:
     """Failed on 4163b39: only /v1/query and /v1/paths were limited; /v1/entities,
     /v1/communities, the document and status routes served any number at once."""
-    client, _ = await make_client(query_max_concurrent=1, api_body_timeout_s=HOLD_S)
+    client, _ = await make_client(query_max_concurrent=1)
     app = client._transport.app
     release, tasks = await holding(client, 1)
     try:
@@ -436,9 +467,7 @@ async def test_one_key_flooding_leaves_room_for_other_callers(
         _, key = await create_key(engine, ["query", "ingest"], name="flooding")
     finally:
         await engine.dispose()
-    client, _ = await make_client(
-        query_max_concurrent=4, query_max_concurrent_per_key=2, api_body_timeout_s=HOLD_S
-    )
+    client, _ = await make_client(query_max_concurrent=4, query_max_concurrent_per_key=2)
     release, tasks = await holding(client, 2, bearer(key))
     try:
         more = await client.get("/v1/communities", headers=bearer(key))
@@ -448,7 +477,7 @@ async def test_one_key_flooding_leaves_room_for_other_callers(
     finally:
         release.set()
         held = await asyncio.gather(*tasks)
-    assert [r.status_code for r in held] == [422, 422]  # {"event_id": 1} is no event
+    assert [r.status_code for r in held] == [204, 204]
     assert (await client.get("/v1/entities", headers=bearer(key))).status_code != 429
 
 
@@ -469,7 +498,8 @@ async def test_metric_labels_are_bounded_whatever_the_request(make_client: AppFa
     ]
     app = client._transport.app
     pages = {r.path for r in app.routes if isinstance(r, Route | Mount)}  # /docs, /static, ...
-    templates = {template for _, template in app_routes(app)} | pages | {"unmatched"}
+    # (HELD: other tests' route, in this process's metrics if they ran first)
+    templates = {template for _, template in app_routes(app)} | pages | {"unmatched", HELD}
     methods = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"}
     assert {re.sub(r"\{(\w+):\w+\}", r"{\1}", ls["route"]) for ls in labels} <= templates
     assert {ls["method"] for ls in labels} <= methods

@@ -8,6 +8,9 @@ from dataclasses import replace
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from services.core.db.engine import make_engine
+from services.core.dead_letters import list_dead_letters, replay_dead_letters
+from services.core.producer import make_producer
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
 from tests.support.cli import kgstream
@@ -176,3 +179,40 @@ async def test_an_unreadable_batch_is_not_replayed(deps: IndexerDeps, settings: 
     assert f"dead letter #{batch_id} not replayed: an unreadable record batch" in asked.stderr
     assert "replayed 0 dead letter(s), 1 not replayed" in asked.stdout
     assert [d["id"] for d in unreplayed(settings)] == [batch_id]
+
+
+async def test_a_replay_sends_each_letter_at_most_once_while_its_sends_fail_again(
+    deps: IndexerDeps, settings: Settings
+) -> None:
+    """Finding 5 of issue 30: the replay's id cursor had no upper bound, so the letters its own
+    sends made (a running indexer dead-letters a still-bad record again, as a new letter at its
+    new offset) were sent again in the same run, and so on: 48 records for 29 letters. Here
+    each page is one letter and every send is dead-lettered again before the next page is
+    read; the run sends the five letters there were when it started, each once."""
+    topic = settings.documents_topic
+    originals = [b"{still not json %d" % i for i in range(5)]
+    for offset, raw in enumerate(originals):
+        rec = RawRecord(topic, 0, offset, b"k%d" % offset, raw)
+        assert await handle_record(deps, rec) == "dead_lettered"
+    letters = sorted(int(str(d["id"])) for d in unreplayed(settings))
+    engine = make_engine(str(settings.database_url))
+    producer = make_producer(str(settings.kafka_bootstrap_servers), settings)
+    sent: list[int] = []
+    try:
+        async for outcome in replay_dead_letters(engine, producer, topic, page=1):
+            assert outcome.error is None, outcome
+            sent.append(outcome.letter_id)
+            # (without the bound, a storm that does not end by itself)
+            assert len(sent) <= len(letters), f"{len(sent)} sent for {letters}: {sent}"
+            # What the indexer does with the replayed record, which is still bad.
+            (letter,) = await list_dead_letters(
+                engine, include_replayed=True, ids=[outcome.letter_id]
+            )
+            again = RawRecord(topic, 1, len(sent), b"again", letter.raw)
+            assert await handle_record(deps, again) == "dead_lettered"
+    finally:
+        producer.close()
+        await engine.dispose()
+    assert sent == letters, sent
+    assert sorted(topic_values(settings)) == sorted(originals)
+    assert len(unreplayed(settings)) == len(originals)  # the new letters wait for the next run
