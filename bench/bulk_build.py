@@ -105,6 +105,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("id", "int8"), ("key", "text"), ("name", "text"), ("type", "text"),
         ("description", "text"), ("mention_count", "int4"), ("embedding", "vector"),
         ("created_at", "timestamptz"), ("updated_at", "timestamptz"), ("type_group", "text"),
+        ("tenant", "text"),
     ),
     "relationships": (
         ("id", "int8"), ("source_id", "int8"), ("target_id", "int8"), ("type", "text"),

@@ -123,6 +123,7 @@ class EntityState:
     key: str
     group: str
     first_name: str
+    tenant: str | None = None  # its documents' (services/indexer/scope.py)
     types: Counter[str] = field(default_factory=Counter)
     surfaces: Counter[str] = field(default_factory=Counter)
     sentences: list[tuple[str, str]] = field(default_factory=list)  # the smallest 5 so far
@@ -187,7 +188,8 @@ class GraphRows:
         self.kinds = kinds  # generated name -> kind
         self.embedder, self.chunker, self.now = embedder, chunker, now
         self._entities: list[EntityState] = []
-        self._by_key: dict[str, list[EntityState]] = {}
+        # (tenant, key) -> entities: resolution is per tenant (services/indexer/scope.py)
+        self._by_key: dict[tuple[str | None, str], list[EntityState]] = {}
         self._relationships: dict[tuple[int, int, str], RelationshipState] = {}
         self._rel_sentences: dict[int, list[tuple[str, str]]] = {}
         self._aliases: set[tuple[int, str]] = set()
@@ -239,7 +241,7 @@ class GraphRows:
         # local_canonical reads only which (name, type) pairs occur: one of each is enough.
         canonical = local_canonical(list({(e.name, e.type): e for e in mentioned}.values()))
         surfaces = document_surfaces(mentioned, canonical)
-        ids, added = self._resolve(surfaces)
+        ids, added = self._resolve(surfaces, event.tenant)
 
         def entity_of(name: str) -> EntityState | None:
             own = self._key(name)
@@ -300,27 +302,30 @@ class GraphRows:
             at += len(part) + 1
         return [_Sentence(s, e, _find_names(text, s, e, names)) for s, e in spans]
 
-    def _resolve(self, surfaces: dict[str, Any]) -> tuple[dict[str, EntityState], set[int]]:
+    def _resolve(
+        self, surfaces: dict[str, Any], tenant: str | None
+    ) -> tuple[dict[str, EntityState], set[int]]:
         """resolution._exact's rule on the stored entities (same group over a wildcard, then
         the better evidenced, then the oldest); a new entity for every key nothing fits."""
         ids: dict[str, EntityState] = {}
         added: set[int] = set()
         for key in sorted(surfaces):
             surface = surfaces[key]
-            fits = [e for e in self._by_key.get(key, []) if compatible(e.group, surface.group)]
+            stored = self._by_key.setdefault((tenant, key), [])
+            fits = [e for e in stored if compatible(e.group, surface.group)]
             if fits:
                 best = min(fits, key=lambda e: (e.group != surface.group, -e.mention_count, e.id))
                 if (
                     best.group == WILDCARD
                     and surface.group != WILDCARD
-                    and not any(e.group == surface.group for e in self._by_key[key])
+                    and not any(e.group == surface.group for e in stored)
                 ):
                     best.group = surface.group
                 ids[key] = best
                 continue
-            state = EntityState(self._next("entities"), key, surface.group, surface.name)
+            state = EntityState(self._next("entities"), key, surface.group, surface.name, tenant)
             self._entities.append(state)
-            self._by_key.setdefault(key, []).append(state)
+            stored.append(state)
             ids[key] = state
             added.add(state.id)
         return ids, added
@@ -380,12 +385,12 @@ class GraphRows:
 
     def entities(self) -> Iterator[tuple[Any, ...]]:
         """Final entity rows: (id, key, name, type, description, mention_count, embedding,
-        created_at, updated_at, type_group); entities without mentions are not kept."""
+        created_at, updated_at, type_group, tenant); entities without mentions are not kept."""
         for e in self._entities:
             if e.mention_count:
                 yield (
                     e.id, e.key, e.row_name(), e.row_type(), e.description(), e.mention_count,
-                    self.embedder.vector(e.first_name), self.now, self.now, e.group,
+                    self.embedder.vector(e.first_name), self.now, self.now, e.group, e.tenant,
                 )  # fmt: skip
 
     def relationships(self) -> Iterator[tuple[Any, ...]]:

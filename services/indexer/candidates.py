@@ -21,16 +21,19 @@ from services.indexer.resolution import (
     Verdict,
     candidate_verdict,
 )
+from services.indexer.scope import in_scope
 
+# In the document's scope (services/indexer/scope.py): another tenant's names are no candidates.
 _SIMILAR = text(
-    "SELECT q.key, e.id, e.key AS entity_key, e.name, e.type_group,"
+    "SELECT q.key, e.id, e.key AS entity_key, e.name, e.type_group,"  # noqa: S608 - constants
     " similarity(e.name, q.name) AS sim,"
     " 1 - (e.embedding <=> CAST(q.vec AS vector)) AS cos"
     " FROM unnest(CAST(:keys AS text[]), CAST(:names AS text[]), CAST(:vecs AS text[]))"
     "  AS q(key, name, vec)"
-    " CROSS JOIN LATERAL (SELECT id, key, name, type_group, embedding FROM entities"
-    "  WHERE name % q.name AND embedding IS NOT NULL"
-    "  ORDER BY similarity(name, q.name) DESC, id LIMIT 5) e"
+    " CROSS JOIN LATERAL (SELECT id, key, name, type_group, embedding FROM entities c"
+    "  WHERE name % q.name AND embedding IS NOT NULL AND "
+    + in_scope("c")
+    + "  ORDER BY similarity(name, q.name) DESC, id LIMIT 5) e"
     " ORDER BY q.key, sim DESC, e.id"
 )
 # Keys shorter than this are not searched by trigram: too few trigrams to tell names apart.
@@ -54,13 +57,14 @@ async def similar_candidates(
     name_vectors: Mapping[str, str],
     config: ResolverConfig,
     *,
+    tenant: str | None,
     retyped: Mapping[int, str] | None = None,
     rules: CurationRules = NO_RULES,
 ) -> list[Candidate]:
     """Every candidate worth merging or asking about for ``keys`` (those with a name
-    embedding in ``name_vectors``, as pgvector text), best first per key. ``retyped``: type
-    groups the caller's transaction gives entities but has not written yet; ``rules``: the
-    curations, whose blocks leave candidates out."""
+    embedding in ``name_vectors``, as pgvector text), best first per key, among the entities
+    of ``tenant``'s scope. ``retyped``: type groups the caller's transaction gives entities but
+    has not written yet; ``rules``: the curations, whose blocks leave candidates out."""
     retyped = retyped or {}
     asks = [k for k in keys if k in name_vectors and len(k) >= MIN_SEARCH_KEY]
     if not asks:
@@ -71,6 +75,7 @@ async def similar_candidates(
             "keys": asks,
             "names": [surfaces[k].name for k in asks],
             "vecs": [name_vectors[k] for k in asks],
+            "tenant": tenant,
         },
     )
     out: list[Candidate] = []
@@ -110,13 +115,15 @@ async def adjudicate_candidates(
     name_vectors: Mapping[str, str],
     config: ResolverConfig,
     rules: CurationRules = NO_RULES,
+    *,
+    tenant: str | None,
 ) -> dict[tuple[str, int], bool]:
     """Ask the adjudicator about every ambiguous candidate the transaction will meet (read-only
-    ``conn``, no transaction held while the model answers)."""
+    ``conn``, no transaction held while the model answers), in ``tenant``'s scope."""
     if config.adjudicate is None:
         return {}
     candidates = await similar_candidates(
-        conn, surfaces, sorted(surfaces), name_vectors, config, rules=rules
+        conn, surfaces, sorted(surfaces), name_vectors, config, tenant=tenant, rules=rules
     )
     await conn.rollback()  # end the read before the slow calls
     decisions: dict[tuple[str, int], bool] = {}

@@ -33,7 +33,7 @@ from services.indexer.candidates import adjudicate_candidates
 from services.indexer.deps import IndexerDeps
 from services.indexer.documents import already_processed, existing_chunk_hashes, stored_doc
 from services.indexer.observer import timed
-from services.indexer.ordering import content_hash, decide_upsert
+from services.indexer.ordering import content_hash, decide_upsert, moves_tenant
 from services.indexer.write_plan import UpsertPlan, WritePlan, build_write_plan
 
 R = TypeVar("R")
@@ -75,6 +75,8 @@ async def plan_upsert(deps: IndexerDeps, conn: AsyncConnection, event: DocumentE
     decision = decide_upsert(stored, event, doc_hash)
     if decision != "apply":
         return UpsertPlan(event, doc_hash, planned, [])
+    if moves_tenant(stored, event):  # every chunk anew, in the new tenant's scope
+        return UpsertPlan(event, doc_hash, planned, planned, moved=True)
     existing = await existing_chunk_hashes(conn, event.doc_id)
     return UpsertPlan(event, doc_hash, planned, [(h, c) for h, c in planned if h not in existing])
 
@@ -177,34 +179,40 @@ async def _write_plans(
         build_write_plan(plan, chunks, kept_mentions=old, resolver=deps.resolver, rules=rules)
         for plan, chunks, old in zip(plans, per_plan, kept, strict=True)
     ]
-    wanted: dict[str, str] = {}  # key -> the name of its first surface in the batch
+    # (tenant, key) -> the name of its first surface in the batch: entities are per tenant
+    # (services/indexer/scope.py), so a name another tenant knows is still new to this one.
+    wanted: dict[Named, str] = {}
     for draft in drafts:
         for key, surface in draft.surfaces.items():
-            wanted.setdefault(key, surface.name)
-    vectors: dict[str, str] = {}
+            wanted.setdefault((draft.event.tenant, key), surface.name)
+    vectors: dict[Named, str] = {}
     if wanted:
         async with deps.engine.connect() as conn:
-            known = await conn.execute(_KNOWN_KEYS, {"k": sorted(wanted)})
-            missing = sorted(set(wanted) - {r[0] for r in known.all()})
+            missing = await _unknown(conn, sorted(wanted, key=_named_order))
         if missing:
             # In the extractor's thread: the chunks' embedding may still hold the CPU thread.
             # The vectors as pgvector text there too: the transaction binds each one twice.
             embed = partial(embed_metered, deps.embedder, deps.observer, "embed_names")
-            names = [wanted[k] for k in missing]
+            names = sorted({wanted[n] for n in missing})
             found = await _embed_in_slices(deps, embed, names, executor=deps.extract_executor)
             loop = asyncio.get_running_loop()
             literals = await loop.run_in_executor(
                 deps.extract_executor or deps.executor, _vector_literals, found
             )
-            vectors = dict(zip(missing, literals, strict=True))
+            by_name = dict(zip(names, literals, strict=True))
+            vectors = {n: by_name[wanted[n]] for n in missing}
     out = []
     for draft in drafts:
+        tenant = draft.event.tenant
+        own = {k: vectors[(tenant, k)] for k in draft.surfaces if (tenant, k) in vectors}
         decisions: dict[tuple[str, int], bool] = {}
-        if deps.resolver.adjudicate is not None and vectors:
-            asked = {k: s for k, s in draft.surfaces.items() if k in vectors}
+        if deps.resolver.adjudicate is not None and own:
+            asked = {k: s for k, s in draft.surfaces.items() if k in own}
             async with deps.engine.connect() as conn:
-                decisions = await adjudicate_candidates(conn, asked, vectors, deps.resolver, rules)
-        out.append(replace(draft, name_vectors=vectors, decisions=decisions))
+                decisions = await adjudicate_candidates(
+                    conn, asked, own, deps.resolver, rules, tenant=tenant
+                )
+        out.append(replace(draft, name_vectors=own, decisions=decisions))
     return out
 
 
@@ -212,7 +220,24 @@ def _vector_literals(vectors: list[list[float]]) -> list[str]:
     return [vector_literal(v) for v in vectors]
 
 
-_KNOWN_KEYS = text("SELECT DISTINCT key FROM entities WHERE key = ANY(:k)")
+Named = tuple[str | None, str]  # (tenant, name key)
+_KNOWN = text(
+    "SELECT q.t AS tenant, q.k AS key"
+    " FROM unnest(CAST(:t AS text[]), CAST(:k AS text[])) AS q(t, k)"
+    " WHERE EXISTS (SELECT 1 FROM entities e WHERE e.key = q.k"
+    "  AND e.tenant IS NOT DISTINCT FROM q.t)"
+)
+
+
+def _named_order(named: Named) -> tuple[bool, str, str]:
+    return named[0] is not None, named[0] or "", named[1]
+
+
+async def _unknown(conn: AsyncConnection, wanted: Sequence[Named]) -> list[Named]:
+    """Those of ``wanted`` that no entity of the tenant's scope has as its key, in order."""
+    rows = await conn.execute(_KNOWN, {"t": [t for t, _ in wanted], "k": [k for _, k in wanted]})
+    known: set[Named] = {(r.tenant, str(r.key)) for r in rows.all()}
+    return [n for n in wanted if n not in known]
 
 
 async def _kept_mentions(

@@ -54,7 +54,8 @@ APPLIER_LOCK = 0x6B6763757261
 _TRY_LOCK = text("SELECT pg_try_advisory_lock(:k)")
 _UNLOCK = text("SELECT pg_advisory_unlock(:k)")
 _DOCUMENT = text(
-    "SELECT title, content_hash, deleted, facts::text AS facts FROM documents WHERE doc_id = :d"
+    "SELECT title, tenant, content_hash, deleted, facts::text AS facts FROM documents"
+    " WHERE doc_id = :d"
 )
 _CHUNKS = text(
     "SELECT content_hash, ord, text, start_char, end_char, token_count FROM chunks"
@@ -196,6 +197,7 @@ async def resolve_again(
             type="upsert",
             doc_id=doc_id,
             title=str(doc.title),
+            tenant=doc.tenant,  # resolved again in its own tenant's scope
             occurred_at=datetime.now(UTC),
             # The publisher's facts as stored: resolved again with the rest of the document.
             **from_stored(json.loads(doc.facts) if doc.facts else None),

@@ -27,6 +27,7 @@ class StoredDoc:
     content_hash: str | None
     occurred_at: datetime
     deleted: bool
+    tenant: str | None = None
 
 
 def reference_time(record_timestamp: float | None, now: float) -> datetime:
@@ -56,6 +57,13 @@ def _older(stored: StoredDoc, event: DocumentEvent) -> bool:
     return event.occurred_at < stored.occurred_at
 
 
+def moves_tenant(stored: StoredDoc | None, event: DocumentEvent) -> bool:
+    """Does the upsert give a live document another tenant? Its entities are its tenant's
+    (services/indexer/scope.py), so the document is then written anew in the new tenant's
+    scope, every chunk resolved again, whatever its content."""
+    return stored is not None and not stored.deleted and stored.tenant != event.tenant
+
+
 def decide_upsert(  # noqa: PLR0911 - one return per rule reads best
     stored: StoredDoc | None, event: DocumentEvent, doc_hash: str
 ) -> Decision:
@@ -70,7 +78,7 @@ def decide_upsert(  # noqa: PLR0911 - one return per rule reads best
     if _older(stored, event):
         return "stale"
     if stored.content_hash == doc_hash:
-        return "unchanged"
+        return "apply" if moves_tenant(stored, event) else "unchanged"
     if stored.version is not None and event.version is not None and event.version == stored.version:
         # Same version, different content: the producer broke monotonicity; first one wins.
         return "stale"

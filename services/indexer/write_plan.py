@@ -7,7 +7,9 @@ merge candidates other writers may have created since, the rows to lock).
 A plan holds while the document's stored chunks are as it saw them: the chunks it keeps must
 still be there, the ones it adds must still be missing (``WritePlan.holds_for``). When they
 moved (another event for the document landed in between), the write raises StaleComputeError
-and the event is computed again."""
+and the event is computed again. A plan that moves the document to another tenant (``moved``:
+every chunk replaced, resolved in the new tenant's scope) holds while the stored document is
+still another tenant's."""
 
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ class UpsertPlan:
     planned: list[tuple[str, Chunk]]  # every chunk of the new version: (diff hash, chunk)
     fresh: list[tuple[str, Chunk]]  # the ones the database lacks: to embed and extract
     duplicate: bool = False
+    # The document changes tenant: every stored chunk goes, every chunk is fresh.
+    moved: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,11 +120,18 @@ class WritePlan:
     # names that only documents it still has to do support do not count
     # (services/indexer/curation_apply.py).
     ruled_keys: frozenset[str] = frozenset()
+    # The document changes tenant (``UpsertPlan.moved``).
+    moved: bool = False
 
-    def holds_for(self, stored: Mapping[str, int]) -> bool:
-        """True when the document's stored chunks (diff hash -> id) are as the plan saw them."""
-        return all(h in stored for h, _ in self.kept) and not any(
-            c.diff_hash in stored for c in self.new
+    def holds_for(self, stored: Mapping[str, int], *, moved: bool) -> bool:
+        """True when the document's stored chunks (diff hash -> id) are as the plan saw them,
+        and it changes tenant (``moved``, decided again under the document's lock) as the
+        plan saw it. A plan that moves the document replaces whatever chunks it has."""
+        if moved != self.moved:
+            return False
+        return moved or (
+            all(h in stored for h, _ in self.kept)
+            and not any(c.diff_hash in stored for c in self.new)
         )
 
 
@@ -212,4 +223,5 @@ def build_write_plan(
         provided_relations=given_relations,
         tokens=[TokenTotal(m, p, c) for m, (p, c) in sorted(tokens.items())],
         rules=rules,
+        moved=diff.moved,
     )

@@ -43,7 +43,9 @@ from services.maintenance.review import side
 BY = "consolidation"
 
 # Every (short, long) pair where the short entity's key is the long one's last words: the long
-# key's proper word suffixes, each looked up by the key index.
+# key's proper word suffixes, each looked up by the key index; both of one tenant (entities are
+# per tenant: services/indexer/scope.py). The rule a pair becomes is by name, and so applies
+# within every tenant, as a person's does (docs/curation.md).
 _PAIRS = text(
     "SELECT s.id AS short_id, s.key AS short_key, s.name AS short_name,"
     " s.type_group AS short_group, l.id AS long_id, l.key AS long_key, l.name AS long_name,"
@@ -51,7 +53,7 @@ _PAIRS = text(
     " FROM entities l CROSS JOIN LATERAL"
     "  generate_series(2, cardinality(string_to_array(l.key, ' '))) AS w(i)"
     " JOIN entities s ON s.key = array_to_string((string_to_array(l.key, ' '))[w.i:], ' ')"
-    " WHERE s.id <> l.id ORDER BY s.id, l.id"
+    " WHERE s.id <> l.id AND s.tenant IS NOT DISTINCT FROM l.tenant ORDER BY s.id, l.id"
 )
 _SHARED = text(
     "SELECT EXISTS (SELECT 1 FROM mentions a JOIN mentions b ON b.doc_id = a.doc_id"

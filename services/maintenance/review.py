@@ -35,8 +35,11 @@ VERDICTS = ("same", "different", "unsure")
 CONTEXTS_PER_SIDE = 2
 SENTENCE_CHARS = 400
 
+# Within a tenant: the same name in two tenants is two entities by design (services/indexer/
+# scope.py), nothing for a person to judge.
 _CANDIDATES = text(
     "SELECT a.id, b.id FROM entities a JOIN entities b ON a.id < b.id"
+    " AND a.tenant IS NOT DISTINCT FROM b.tenant"
     " WHERE (a.type_group = b.type_group OR 'ANY' IN (a.type_group, b.type_group))"
     "  AND (similarity(a.name, b.name) >= 0.5"
     "   OR b.key LIKE '% ' || a.key OR a.key LIKE '% ' || b.key"

@@ -149,6 +149,37 @@ async def test_a_merge_reaches_stored_documents_survives_reupserts_and_equals_a_
         drop_database(url)
 
 
+async def test_a_rule_applies_within_every_tenant(env: Env) -> None:
+    """Rules are by name and apply in every tenant, each tenant's "Mao" to its own "Mao
+    Zedong" (entities are per tenant: docs/curation.md, "Curations and tenants"); the untenanted
+    documents have only "Mao", which the rule leaves its own."""
+    events = [
+        dict(e, doc_id=f"{t}/{e['doc_id']}", event_id=f"{t}/{e['event_id']}", tenant=t)
+        for t in ("t1", "t2")
+        for e in (ZEDONG, NIXON)
+    ] + [dict(NIXON, doc_id="none/doc-nixon", event_id="none/nixon")]
+    url = create_database(env.server_url)
+    try:
+        await ingest(env, url, events)
+        await rule(url, "merge", "Mao Zedong", "Mao")
+        await apply(env, url)
+        for t in ("t1", "t2"):
+            named = scalar(
+                url,
+                "SELECT array_agg(DISTINCT o.doc_id ORDER BY o.doc_id) FROM mentions m"
+                " JOIN mentions o ON o.entity_id = m.entity_id"
+                " WHERE m.doc_id = :d AND m.surface = 'Mao'",
+                d=f"{t}/doc-nixon",
+            )
+            assert named == [f"{t}/doc-nixon", f"{t}/doc-zedong"]
+        assert surface_entity(url, "none/doc-nixon", "Mao") == "Mao"
+        got = canonical_graph(url)
+        want = await rebuilt_with_rules(env, [("merge", "Mao Zedong", "Mao")], events)
+        assert got == want, graph_diff(got, want)
+    finally:
+        drop_database(url)
+
+
 async def test_a_block_undoes_the_automatic_merge_and_keeps_it_from_coming_back(
     env: Env,
 ) -> None:

@@ -36,6 +36,7 @@ from tests.support.graph import (
     create_database,
     drop_database,
     graph_diff,
+    tenant_graph,
 )
 from tests.support.property_corpus import (
     CORPUS,
@@ -296,6 +297,144 @@ def test_incremental_graph_equals_rebuild(
     finally:
         drop_database(incremental)
         drop_database(rebuilt)
+
+
+# Another tenant's documents that claim names of the corpus: its own entities with the
+# corpus's names as aliases (issue 30, finding 4: an alias given by one tenant's publisher
+# steered another tenant's resolution), and a corpus name typed otherwise.
+CLAIMS: list[dict[str, Any]] = [
+    {
+        "entities": [
+            {"name": "Helios Dynamics", "type": "ORG", "aliases": ["Microsoft", "Acme Corp"]}
+        ],
+    },
+    {
+        "entities": [
+            {"name": "Kadalu Turbines", "type": "ORG", "aliases": ["Toyota"]},
+            {"name": "Jane Doe", "type": "PERSON", "aliases": ["Bill Gates", "Jane Roe"]},
+        ],
+        "relationships": [{"source": "Bill Gates", "target": "Toyota", "type": "LEADS"}],
+    },
+    {"entities": [{"name": "Seattle", "type": "ORG"}, {"name": "Germany", "type": "PERSON"}]},
+]
+
+
+def claim(at: int, number: int) -> dict[str, Any]:
+    """Claims ``CLAIMS[number]`` as the v2 event of a document of its own (the ``at``-th),
+    not extracted (its facts are the point)."""
+    return {
+        "schema_version": 2,
+        "event_id": f"claim-{at}",
+        "type": "upsert",
+        "doc_id": f"claims-{at}",
+        "title": f"Claims {number}",
+        "text": "Names the publisher knows.",
+        "occurred_at": (T0 + timedelta(days=1)).isoformat(),
+        "extraction": "provided",
+        **CLAIMS[number],
+    }
+
+
+def as_tenant(events: Sequence[dict[str, Any]], tenant: str | None, prefix: str) -> list[Any]:
+    """The events of one tenant, its document and event ids prefixed (ids are global: two
+    tenants never share a document). The same event twice stays the same event (a replay)."""
+    return [
+        dict(e, doc_id=prefix + e["doc_id"], event_id=prefix + e["event_id"], tenant=tenant)
+        if tenant is not None
+        else dict(e, doc_id=prefix + e["doc_id"], event_id=prefix + e["event_id"])
+        for e in events
+    ]
+
+
+# (the first tenant's steps, the second's, its claims documents, the interleaving)
+TwoTenants = tuple[list[Step], list[Step], list[int], list[bool]]
+
+
+@st.composite
+def two_tenants(draw: st.DrawFn) -> TwoTenants:
+    """Scenarios for two tenants on the same corpus, the second one's claims documents, and
+    an interleaving (True: the second tenant's next event)."""
+    first, second = draw(scenarios()), draw(scenarios())
+    claims = draw(st.lists(st.integers(0, len(CLAIMS) - 1), max_size=3))
+    n_second = len(second) + len(claims)
+    order = draw(st.permutations([False] * len(first) + [True] * n_second))
+    return first, second, claims, order
+
+
+def _tenant_events(
+    steps: Sequence[Step], claims: Sequence[int], tenant: str | None, prefix: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """One tenant's events and their outcomes: its scenario's, then its claims documents."""
+    planned = plan(steps)
+    events = planned.sent + [claim(at, n) for at, n in enumerate(claims)]
+    outcomes = planned.expected + ["applied"] * len(claims)
+    return as_tenant(events, tenant, prefix), outcomes
+
+
+def _interleave(first: Sequence[T], second: Sequence[T], order: Sequence[bool]) -> list[T]:
+    """Both sequences merged, each in its own order: the second's next item where ``order``
+    says True (while it has one), else the first's; what is left, last."""
+    a, b = list(first), list(second)
+    out = []
+    for pick in order:
+        source = b if (pick and b) or not a else a
+        if source:
+            out.append(source.pop(0))
+    return out + a + b
+
+
+CLAIM_BEFORE_THE_NAME: TwoTenants = (  # issue 30, finding 4: t2's alias first, then t1 names it
+    [_up("microsoft", 2), _up("toyota", 1)],
+    [],
+    [0, 1],
+    [True, True, False, False],
+)
+SAME_NAMES_BOTH_WAYS: TwoTenants = (
+    [_up("seattle", 0), _up("microsoft", 0), _other("delete", "seattle")],
+    [_up("seattle", 1), _up("microsoft", 1), _up("factory", 0)],
+    [2],
+    [False, True, True, False, True, False, True],
+)
+
+
+@settings(max_examples=int(os.environ.get("KGSTREAM_PROPERTY_EXAMPLES", "10")), deadline=None)
+@given(
+    scenario=two_tenants(),
+    tenants=st.sampled_from([("t1", "t2"), (None, "t2"), ("t1", None)]),
+    batch_size=st.sampled_from([1, 1, 3]),
+)
+@example(scenario=CLAIM_BEFORE_THE_NAME, tenants=("t1", "t2"), batch_size=1)
+@example(scenario=SAME_NAMES_BOTH_WAYS, tenants=(None, "t2"), batch_size=1)
+def test_each_tenant_gets_the_graph_it_would_have_alone(
+    env: Env,
+    scenario: TwoTenants,
+    tenants: tuple[str | None, str | None],
+    batch_size: int,
+) -> None:
+    """Issue 30: no tenant's documents or facts change how another tenant's documents
+    resolve. Two tenants' events on the same names (the second also claims the first's names
+    as aliases, or types them otherwise), interleaved in any order, give each tenant exactly
+    the part of the graph its own events alone give: entities with their names, types,
+    descriptions, counts and aliases, what each mention resolved to, relationships and
+    evidence."""
+    first_steps, second_steps, claims, order = scenario
+    first, first_expected = _tenant_events(first_steps, [], tenants[0], "")
+    second, second_expected = _tenant_events(second_steps, claims, tenants[1], "other/")
+    both = create_database(env.server_url)
+    alone = {
+        tenants[0]: create_database(env.server_url),
+        tenants[1]: create_database(env.server_url),
+    }
+    try:
+        outcomes = _run(env.build(both, _interleave(first, second, order), batch_size))
+        assert outcomes == _interleave(first_expected, second_expected, order)
+        for tenant, events in ((tenants[0], first), (tenants[1], second)):
+            _run(env.build(alone[tenant], events, batch_size))
+            got, want = tenant_graph(both, tenant), tenant_graph(alone[tenant], tenant)
+            assert got == want, f"tenant {tenant!r}:\n{graph_diff(got, want)}"
+    finally:
+        for url in (both, *alone.values()):
+            drop_database(url)
 
 
 def test_corpus_is_unambiguous(env: Env) -> None:

@@ -28,6 +28,7 @@ from tests.support.graph import (
     drop_database,
     graph_diff,
     scalar,
+    tenant_graph,
     to_record,
 )
 from tests.support.property_corpus import T0, Env, SentenceChunker
@@ -348,3 +349,98 @@ async def test_provided_facts_are_visible_only_through_their_document(
             assert "ACQUIRED_BY" not in relations
     finally:
         await engine.dispose()
+
+
+HELIOS = {"name": "Helios Dynamics", "type": "ORG", "aliases": ["Kadalu Turbines"]}
+
+
+def named_with(url: str, doc_id: str, surface: str) -> list[str]:
+    """The documents that mention the entity a document's ``surface`` resolved to."""
+    return rows(
+        url,
+        "SELECT DISTINCT o.doc_id FROM mentions m JOIN mentions o ON o.entity_id = m.entity_id"
+        " WHERE m.doc_id = :d AND m.surface = :s",
+        d=doc_id,
+        s=surface,
+    )
+
+
+KADALU = {"name": "Kadalu Turbines", "type": "ORG"}
+
+
+async def test_another_tenants_alias_does_not_steer_resolution(
+    *,
+    env: Env,
+    url: str,
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    """Issue 30, finding 4: tenant t2's publisher gave Helios Dynamics the alias Kadalu
+    Turbines, and t1's later memo naming Kadalu Turbines resolved into Helios Dynamics (one
+    entity: t2's sentence in its description, its counts in t1's). Resolution is per tenant:
+    t1's memo makes t1's own Kadalu Turbines, t1's part of the graph is what its memo alone
+    gives, and each key finds only its own tenant's entity."""
+    claim = event("doc-helios", "Helios Dynamics builds turbines.", entities=[HELIOS])
+    memo = event("doc-kadalu", "Kadalu Turbines shipped the rotor.", entities=[KADALU])
+    claim["tenant"], memo["tenant"] = "t2", "t1"
+    await ingest(env, url, [claim, memo])
+    assert named_with(url, "doc-kadalu", "Kadalu Turbines") == ["doc-kadalu"], (
+        "t1's Kadalu Turbines is t2's entity too"
+    )
+    alone = create_database(env.server_url)
+    try:
+        await ingest(env, alone, [dict(memo, event_id="alone")])
+        got, want = tenant_graph(url, "t1"), tenant_graph(alone, "t1")
+    finally:
+        drop_database(alone)
+    assert got == want, graph_diff(got, want)
+    engine = make_engine(url)
+    try:
+        _, t1 = await create_key(engine, ["query"], tenant="t1", name="t1")
+        _, t2 = await create_key(engine, ["query"], tenant="t2", name="t2")
+        async with api_client(infra, url, engine, (embedder, extractor, cpu_pool)) as client:
+
+            async def found(key: str, name: str) -> list[tuple[str, list[str]]]:
+                """(name, aliases) of the entities ``key`` finds by ``name``."""
+                got = await client.get(
+                    "/v1/entities",
+                    params={"name": name},
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+                assert got.status_code == 200, got.text
+                return [(e["name"], sorted(e["aliases"])) for e in got.json()["entities"]]
+
+            assert await found(t1, "Kadalu Turbines") == [("Kadalu Turbines", ["Kadalu Turbines"])]
+            assert await found(t1, "Helios Dynamics") == []
+            helios = ("Helios Dynamics", ["Helios Dynamics", "Kadalu Turbines"])
+            assert await found(t2, "Kadalu Turbines") == [helios]
+    finally:
+        await engine.dispose()
+
+
+async def test_a_document_given_to_another_tenant_is_resolved_in_its_scope(
+    env: Env, url: str
+) -> None:
+    """The same content under another tenant is written anew in that tenant's scope: every
+    chunk resolved again (here into t1's Helios Dynamics, whose alias it names), nothing left
+    in the old scope, and t1's graph is what its documents alone give."""
+    helios = event("doc-helios1", "Helios Dynamics builds turbines.", entities=[HELIOS])
+    news = event("doc-news3", "Kadalu Turbines opened a plant.", entities=[KADALU])
+    helios["tenant"], news["tenant"] = "t1", "t2"
+    await ingest(env, url, [helios, news])
+    assert named_with(url, "doc-news3", "Kadalu Turbines") == ["doc-news3"]
+    moved = dict(event("doc-news3", news["text"], entities=[KADALU]), tenant="t1")
+    async with env.deps(url) as deps:
+        assert await handle_record(deps, to_record(moved)) == "applied"
+    assert named_with(url, "doc-news3", "Kadalu Turbines") == ["doc-helios1", "doc-news3"]
+    assert not any(tenant_graph(url, "t2").values()), "left in the old tenant's scope"
+    alone = create_database(env.server_url)
+    try:
+        await ingest(env, alone, [dict(helios, event_id="a1"), dict(moved, event_id="a2")])
+        got, want = tenant_graph(url, "t1"), tenant_graph(alone, "t1")
+    finally:
+        drop_database(alone)
+    assert got == want, graph_diff(got, want)
+    assert scalar(url, "SELECT count(DISTINCT tenant) FROM entities") == 1

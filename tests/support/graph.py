@@ -70,17 +70,56 @@ _CANONICAL: dict[str, str] = {
 }
 
 
+# One tenant's part of the graph (documents of ``:t``; NULL is the untenanted scope): its
+# documents, chunks, mentions and evidence, and every entity, alias and relationship they
+# refer to, whole (counts, descriptions and aliases from every document that supports them).
+# Read through documents, not through any tenant column of the shared rows, so it says what a
+# tenant's documents resolved to whatever the schema thinks an entity belongs to.
+_OWN_DOC = "d.tenant IS NOT DISTINCT FROM CAST(:t AS text) AND NOT d.deleted"
+_NAMED = (
+    "EXISTS (SELECT 1 FROM mentions tm JOIN documents d ON d.doc_id = tm.doc_id"  # noqa: S608 - constants
+    f" WHERE tm.entity_id = {{e}} AND {_OWN_DOC})"
+)
+_SUPPORTED = (
+    "EXISTS (SELECT 1 FROM relationship_evidence tv JOIN documents d ON d.doc_id = tv.doc_id"  # noqa: S608 - constants
+    f" WHERE tv.relationship_id = r.id AND {_OWN_DOC})"
+)
+_OWN = f"EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {{doc}} AND {_OWN_DOC})"  # noqa: S608 - constants
+_TENANT: dict[str, str] = {
+    "documents": _CANONICAL["documents"] + " AND tenant IS NOT DISTINCT FROM CAST(:t AS text)",
+    "chunks": _CANONICAL["chunks"] + " WHERE " + _OWN.format(doc="chunks.doc_id"),
+    "entities": _CANONICAL["entities"] + " e WHERE " + _NAMED.format(e="e.id"),
+    "mentions": _CANONICAL["mentions"] + " WHERE " + _OWN.format(doc="m.doc_id"),
+    "aliases": _CANONICAL["aliases"] + " WHERE " + _NAMED.format(e="e.id"),
+    "relationships": _CANONICAL["relationships"] + " WHERE " + _SUPPORTED,
+    "evidence": _CANONICAL["evidence"] + " WHERE " + _OWN.format(doc="v.doc_id"),
+}
+
+
 def canonical_graph(url: str) -> Graph:
     """Every table of the graph as a sorted list of rows (a multiset), ids left out."""
+    return _read_graph(url, _CANONICAL, {})
+
+
+def tenant_graph(url: str, tenant: str | None) -> Graph:
+    """``canonical_graph`` of one tenant's part of the graph (``_TENANT``): two databases that
+    gave a tenant the same graph compare equal, whatever else they hold."""
+    return _read_graph(url, _TENANT, {"t": tenant})
+
+
+def _read_graph(url: str, queries: dict[str, str], params: dict[str, Any]) -> Graph:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
             return {
                 name: sorted(
-                    (tuple(_plain(v) for v in row) for row in conn.execute(text(sql)).all()),
+                    (
+                        tuple(_plain(v) for v in row)
+                        for row in conn.execute(text(sql), params).all()
+                    ),
                     key=repr,
                 )
-                for name, sql in _CANONICAL.items()
+                for name, sql in queries.items()
             }
     finally:
         engine.dispose()

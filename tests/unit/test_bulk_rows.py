@@ -80,7 +80,8 @@ def test_entity_aggregates_follow_the_indexer_rules() -> None:
     by_entity: dict[int, list[tuple[Any, ...]]] = {}
     for m in _all(docs, "mentions"):
         by_entity.setdefault(m[1], []).append(m)
-    for eid, key, name, kind, description, _count, vector, *_, group in rows.entities():
+    for eid, key, name, kind, description, _count, vector, *_, group, tenant in rows.entities():
+        assert tenant is None  # the synthetic corpus is untenanted
         mine = by_entity[eid]
         types = Counter(m[5] for m in mine)
         assert kind == min(types, key=lambda t: (-types[t], t))

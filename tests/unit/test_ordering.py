@@ -10,6 +10,7 @@ from services.indexer.ordering import (
     content_hash,
     decide_delete,
     decide_upsert,
+    moves_tenant,
 )
 from services.query_api.ingest import StoredDocument, delete_event, writable_by
 
@@ -44,6 +45,21 @@ def test_versions_decide_over_time() -> None:
 
 def test_same_content_is_unchanged() -> None:
     assert decide_upsert(stored(text="x"), ev(text="x"), content_hash("", "x")) == "unchanged"
+
+
+def test_the_same_content_under_another_tenant_is_written_anew() -> None:
+    """Entities are per tenant: a live document that changes tenant is resolved again in the
+    new tenant's scope, whatever its content; a tombstone has nothing to move."""
+    h = content_hash("", "x")
+    mine = StoredDoc(None, h, T0, False, "t1")
+    moved = ev(text="x").model_copy(update={"tenant": "t2"})
+    assert moves_tenant(mine, moved)
+    assert decide_upsert(mine, moved, h) == "apply"
+    assert decide_upsert(mine, ev(text="x").model_copy(update={"tenant": "t1"}), h) == "unchanged"
+    assert not moves_tenant(StoredDoc(None, h, T0, True, "t1"), moved)
+    assert not moves_tenant(None, moved)
+    later = StoredDoc(None, h, T1 + timedelta(days=1), False, "t1")
+    assert decide_upsert(later, moved, h) == "stale"  # an older event moves nothing
 
 
 def test_without_versions_time_orders() -> None:

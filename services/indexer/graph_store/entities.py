@@ -1,6 +1,10 @@
 """Entity resolution inside the event's transaction: the plan's surfaces to entity ids, by key
 or alias, then trigram candidates, creating the entities nothing matches. Set-based: a handful
-of statements per document whatever its size. Locks follow graph_store/locks.py (rules 2, 3)."""
+of statements per document whatever its size. Locks follow graph_store/locks.py (rules 2, 3).
+
+Per tenant: every statement here reads and writes the entities of the document's scope only
+(services/indexer/scope.py), so no tenant's entities, aliases, counts or types change how
+another tenant's documents resolve."""
 
 from __future__ import annotations
 
@@ -13,15 +17,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.indexer.candidates import merges, similar_candidates
 from services.indexer.graph_store.locks import hold_entities, lock_names
 from services.indexer.resolution import WILDCARD, ExactMatch, best_exact, creation_keys
+from services.indexer.scope import in_scope
 from services.indexer.write_plan import WritePlan
 
 _BY_KEY = (
-    "SELECT q.key, e.id, e.key AS entity_key, e.type_group, e.mention_count"
+    "SELECT q.key, e.id, e.key AS entity_key, e.type_group, e.mention_count"  # noqa: S608 - constants
     " FROM unnest(CAST(:keys AS text[])) AS q(key) CROSS JOIN LATERAL ("
     "  SELECT e.id, e.key, e.type_group, e.mention_count FROM entities e WHERE e.key = q.key"
-    "{settled_entity}"
+    "  AND " + in_scope("e") + "{settled_entity}"
     "  UNION SELECT e.id, e.key, e.type_group, e.mention_count FROM aliases a"
-    "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key{settled_alias}) e"
+    "  JOIN entities e ON e.id = a.entity_id WHERE a.alias_key = q.key"
+    "  AND " + in_scope("e") + "{settled_alias}) e"
 )
 _EXISTING = text(_BY_KEY.format(settled_entity="", settled_alias=""))
 # While curations are applied: an entity or alias of a name the rules are about counts only
@@ -41,26 +47,29 @@ _EXISTING_SETTLED = text(
     )
 )
 _INSERT = text(
-    "INSERT INTO entities (key, name, type, type_group, embedding)"
-    " SELECT k, n, g, g, CAST(v AS vector) FROM unnest(CAST(:keys AS text[]),"
-    "  CAST(:names AS text[]), CAST(:groups AS text[]), CAST(:vecs AS text[])) AS u(k, n, g, v)"
+    "INSERT INTO entities (key, name, type, type_group, embedding, tenant)"
+    " SELECT k, n, g, g, CAST(v AS vector), CAST(:tenant AS text) FROM unnest("
+    "  CAST(:keys AS text[]), CAST(:names AS text[]), CAST(:groups AS text[]),"
+    "  CAST(:vecs AS text[])) AS u(k, n, g, v)"
     " ORDER BY k, g"
-    " ON CONFLICT (key, type_group) DO UPDATE SET updated_at = now()"
+    " ON CONFLICT (key, type_group, tenant) DO UPDATE SET updated_at = now()"
     " RETURNING id, key, (xmax = 0) AS inserted"
 )
 # A wildcard entity (say, a title) that meets a typed mention takes the type, unless an entity
-# of that key and type exists already. Decided during resolution (the rest of it sees the new
-# type), written by rebuild under the update locks (locks.py, rule 4): an early update would
-# hold the row from here to commit, out of order.
+# of that key and type exists already in its scope (the document's). Decided during resolution
+# (the rest of it sees the new type), written by rebuild under the update locks (locks.py,
+# rule 4): an early update would hold the row from here to commit, out of order.
+_TAKEN = (
+    " (SELECT 1 FROM entities o WHERE o.key = e.key AND o.type_group = u.g"
+    " AND o.tenant IS NOT DISTINCT FROM e.tenant)"
+)
 _NARROWABLE = text(
-    "SELECT u.i, u.g FROM unnest(CAST(:ids AS bigint[]), CAST(:groups AS text[])) AS u(i, g)"
-    " JOIN entities e ON e.id = u.i WHERE NOT EXISTS"
-    " (SELECT 1 FROM entities o WHERE o.key = e.key AND o.type_group = u.g)"
+    "SELECT u.i, u.g FROM unnest(CAST(:ids AS bigint[]), CAST(:groups AS text[])) AS u(i, g)"  # noqa: S608 - constants
+    " JOIN entities e ON e.id = u.i WHERE NOT EXISTS" + _TAKEN
 )
 _NARROW = text(
-    "UPDATE entities e SET type_group = u.g FROM unnest(CAST(:ids AS bigint[]),"
-    " CAST(:groups AS text[])) AS u(i, g) WHERE e.id = u.i AND NOT EXISTS"
-    " (SELECT 1 FROM entities o WHERE o.key = e.key AND o.type_group = u.g)"
+    "UPDATE entities e SET type_group = u.g FROM unnest(CAST(:ids AS bigint[]),"  # noqa: S608 - constants
+    " CAST(:groups AS text[])) AS u(i, g) WHERE e.id = u.i AND NOT EXISTS" + _TAKEN
 )
 
 
@@ -87,7 +96,8 @@ async def resolve_entities(conn: AsyncConnection, plan: WritePlan) -> Resolved:
         # name another indexer is creating (uncommitted, invisible) is merged into, not
         # duplicated. Look again: a holder that committed meanwhile may have created it.
         retyping = [k for k in keys if out.ids.get(k) in narrow]
-        await lock_names(conn, creation_keys(unresolved + retyping, plan.canonical))
+        names = creation_keys(unresolved + retyping, plan.canonical)
+        await lock_names(conn, plan.event.tenant, names)
         narrow |= await _exact(conn, plan, unresolved, out)
     if narrow:
         ids = sorted(narrow)
@@ -105,6 +115,7 @@ async def resolve_entities(conn: AsyncConnection, plan: WritePlan) -> Resolved:
                 "names": [plan.surfaces[k].name for k in new],
                 "groups": [plan.surfaces[k].group for k in new],
                 "vecs": [plan.name_vectors.get(k) for k in new],
+                "tenant": plan.event.tenant,
             },
         )
         for r in inserted.all():
@@ -130,12 +141,11 @@ async def _exact(
     if not keys:
         return narrow
     by_key: dict[str, list[ExactMatch]] = {}
+    scope = {"keys": list(keys), "tenant": plan.event.tenant}
     if plan.ruled_keys:
-        found = await conn.execute(
-            _EXISTING_SETTLED, {"keys": list(keys), "ruled": sorted(plan.ruled_keys)}
-        )
+        found = await conn.execute(_EXISTING_SETTLED, scope | {"ruled": sorted(plan.ruled_keys)})
     else:
-        found = await conn.execute(_EXISTING, {"keys": list(keys)})
+        found = await conn.execute(_EXISTING, scope)
     for r in found.all():
         if plan.rules.apart(r.key, r.entity_key):
             continue  # a curation keeps this name from that entity
@@ -165,6 +175,7 @@ async def _similar(
         keys,
         plan.name_vectors,
         plan.resolver,
+        tenant=plan.event.tenant,
         retyped=retyped,
         rules=plan.rules,
     )

@@ -1,14 +1,16 @@
 """The lock-ordering rules of the graph store, stated once, and every statement that takes a
 lock. Several indexers write one graph; each event is one transaction. Its rows (document,
-chunks, mentions, evidence) are its own; entities and relationships are shared (a hub entity is
-named by many documents). The rules, in the order a transaction meets them:
+chunks, mentions, evidence) are its own; entities and relationships are shared by its
+tenant's documents (a hub entity is named by many documents). The rules, in the order a
+transaction meets them:
 
 1. **The document's row first** (``FOR UPDATE``, ``services/indexer/documents.stored_doc``):
    events of one document apply one at a time; dedupe (processed_events) and ordering are
    decided again under it.
-2. **Entity-creation locks, one per name key**, before creating or retyping an entity
-   (``lock_names``): transaction-scoped advisory locks on the keys the document creates and its
-   short forms of them (they become aliases another writer resolves by), in hash order (two
+2. **Entity-creation locks, one per name key and tenant**, before creating or retyping an
+   entity (``lock_names``): transaction-scoped advisory locks on the keys the document creates
+   and its short forms of them (they become aliases another writer resolves by), in its
+   tenant's scope (services/indexer/scope.py: entities are per tenant), in hash order (two
    writers never wait for each other's), then resolution looks again. Resolution reads what
    other transactions committed, so without them a name created by two writers at the same
    moment would become two entities; with them the second sees the first's entity and merges
@@ -47,6 +49,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.errors import StaleComputeError
+from services.indexer.scope import scoped_name
 
 # Rule 2: two-key advisory locks in their own namespace (the communities' RECOMPUTE_LOCK_KEY
 # is a one-key lock).
@@ -86,10 +89,11 @@ def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), signed=True)
 
 
-async def lock_names(conn: AsyncConnection, keys: Sequence[str]) -> None:
-    """Rule 2: take the creation locks of ``keys`` until commit, in hash order."""
+async def lock_names(conn: AsyncConnection, tenant: str | None, keys: Sequence[str]) -> None:
+    """Rule 2: take the creation locks of ``keys`` in ``tenant``'s scope until commit, in hash
+    order."""
     if keys:
-        hashes = sorted({key_hash(k) for k in keys})
+        hashes = sorted({key_hash(scoped_name(tenant, k)) for k in keys})
         await conn.execute(_KEY_LOCKS, {"space": ENTITY_KEY_LOCK_SPACE, "hashes": hashes})
 
 

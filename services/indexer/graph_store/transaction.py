@@ -32,7 +32,7 @@ from services.indexer.graph_store.chunks import (
 from services.indexer.graph_store.entities import resolve_entities
 from services.indexer.graph_store.rebuild import rebuild
 from services.indexer.graph_store.relationships import add_relationships
-from services.indexer.ordering import decide_delete, decide_upsert
+from services.indexer.ordering import decide_delete, decide_upsert, moves_tenant
 from services.indexer.write_plan import WritePlan
 
 
@@ -59,11 +59,14 @@ async def write_upsert(
             await set_outcome(conn, event.event_id, decision)
             return decision
         current = await existing_chunk_hashes(conn, event.doc_id)
-        if not plan.holds_for(current):
+        if not plan.holds_for(current, moved=moves_tenant(stored, event)):
             # Another event for this document landed between planning and the lock.
             raise StaleComputeError(f"{event.doc_id} changed since it was planned; recomputing")
         await write_document(conn, event, plan.doc_hash, deleted=False)
-        wanted = {h for h, _ in plan.kept} | {c.diff_hash for c in plan.new}
+        # A document that changes tenant loses every chunk, and gets them all anew.
+        wanted = (
+            set() if plan.moved else {h for h, _ in plan.kept} | {c.diff_hash for c in plan.new}
+        )
         removed = [i for h, i in current.items() if h not in wanted]
         ents, rels = await remove_chunks(conn, removed)
         await move_chunks(
