@@ -3,7 +3,7 @@ creates entities in it; the untenanted documents (tenant NULL) are a scope of th
 Entities were once shared by every tenant, and one tenant's documents then steered another's
 resolution: an alias its publisher gave, a key it used first, a trigram candidate, a wildcard
 it narrowed, its counts in the tie-break (issue 30, finding 4). With ``entities.tenant``
-(migration 0019) each statement of resolution says the scope with ``in_scope`` and binds the
+(migration 0021) each statement of resolution says the scope with ``in_scope`` and binds the
 tenant, so none of them can see another tenant's entities (or, through them, their aliases).
 
 Curation rules are by name and apply within every tenant (docs/curation.md)."""

@@ -1,4 +1,4 @@
-"""Migration 0019 (entities per tenant) on a graph that has them: its downgrade merges each
+"""Migration 0021 (entities per tenant) on a graph that has them: its downgrade merges each
 name's tenants' entities into one, as the indexer before it shared them, and its upgrade splits
 them again into the graph the indexer builds per tenant, with the change logged."""
 
@@ -52,7 +52,7 @@ EVENTS = [
 ]
 
 
-def test_0019_splits_the_entities_tenants_shared_and_merges_them_back(env: Env) -> None:
+def test_0021_splits_the_entities_tenants_shared_and_merges_them_back(env: Env) -> None:
     url = create_database(env.server_url)
     cfg = alembic_config(url, 384)
     try:
@@ -65,7 +65,7 @@ def test_0019_splits_the_entities_tenants_shared_and_merges_them_back(env: Env) 
         scopes = {t: tenant_graph(url, t) for t in ("t1", "t2", None)}
         assert scalar(url, "SELECT count(*) FROM entities WHERE key = 'microsoft'") == 3
 
-        command.downgrade(cfg, "0018")
+        command.downgrade(cfg, "0020")
         # One entity per name, as the indexer shared them: the scopes' counts summed, the
         # relationship's evidence of every scope on one row.
         assert scalar(url, "SELECT count(*) FROM entities WHERE key = 'microsoft'") == 1
@@ -87,7 +87,7 @@ def test_0019_splits_the_entities_tenants_shared_and_merges_them_back(env: Env) 
             )
             == 0
         )
-        logged = scalar(url, "SELECT count(*) FROM graph_changes WHERE event_id = 'migration:0019'")
+        logged = scalar(url, "SELECT count(*) FROM graph_changes WHERE event_id = 'migration:0021'")
         assert logged > 0  # the communities see the split
     finally:
         drop_database(url)
