@@ -52,6 +52,7 @@ from tests.support.workers import (
     Worker,
     end_offsets,
     publish_lines,
+    restarted_after_replaced_log,
     sample_lines,
     start_worker,
     wait_committed,
@@ -173,10 +174,14 @@ def test_broker_restart_with_memory_storage_loses_nothing_after_republish(
             # the publisher sends again what has not landed (duplicates are skipped by id).
             lost = unprocessed(url, lines[:24])
             published = publish_lines(bootstrap, topic, lost + lines[24:])
+            # The indexer notices the replaced log, records what it lost and is restarted,
+            # as `kgstream up` would; the new process reads the new log from its start.
+            indexer = restarted_after_replaced_log(indexer, own, tmp_path / "indexer-2.log")
 
             assert wait_processed(url, 48, timeout=180) == 48, indexer.output()[-3000:]
             assert_all_landed(own, url, published, url, clean)
             assert indexer.alive()
+            assert scalar(url, "SELECT count(*) FROM broker_losses") == 1
         finally:
             indexer.stop()
 

@@ -31,6 +31,7 @@ from tests.support.records import document_event
 from tests.support.workers import (
     end_offsets,
     publish_lines,
+    restarted_after_replaced_log,
     sample_lines,
     start_worker,
     stop_workers,
@@ -207,6 +208,7 @@ def test_progress_follows_the_offsets_of_a_restarted_broker(
             assert broker.start() == bootstrap
             create_topics(bootstrap, own)
             again = publish_lines(bootstrap, topic, lines[30:40])
+            indexer = restarted_after_replaced_log(indexer, own, tmp_path / "indexer-2.log")
             assert wait_processed(url, 40, timeout=180) == 40, indexer.output()[-3000:]
             new_ends = end_offsets(again)
             assert wait_until(

@@ -92,6 +92,22 @@ def start_worker(
     return Worker(proc, log, group)
 
 
+def restarted_after_replaced_log(worker: Worker, settings: Settings, log: Path) -> Worker:
+    """What `kgstream up` or Kubernetes do when the broker replaced the documents topic (a
+    restart on memory storage): the indexer notices the new topic id and exits to be
+    restarted (services/indexer/topic_identity.py); a new one is started here. Fails with the
+    worker's output if it does not exit so within 60 s."""
+    try:
+        code = worker.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            "the indexer did not notice the replaced topic: " + worker.output()[-3000:]
+        ) from None
+    assert code == 3, worker.output()[-3000:]  # services.indexer.app.REJOIN_EXIT_CODE
+    assert "the broker replaced topic" in worker.output(), worker.output()[-3000:]
+    return start_worker(settings, log, consumer_group=worker.consumer_group)
+
+
 def stop_workers(workers: Iterable[Worker]) -> None:
     for w in workers:
         w.stop()
