@@ -4,11 +4,14 @@ the waiting and checking around them."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -42,13 +45,37 @@ def wait_until(check: Callable[[], bool], timeout: float, poll: float = 0.2) -> 
     return True
 
 
+_PRISTINE: list[EmbeddedPostgres] = []  # one initialised, migrated, stopped cluster per process
+
+
+def _pristine() -> EmbeddedPostgres:
+    """A cluster made once per test process (initdb, passwords, migrations), then stopped: the
+    source every ``own_postgres`` copies. Purged when the process exits."""
+    if not _PRISTINE:
+        pg = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="kgstream-pristine-")))
+        migrations.upgrade(pg.start(), 384)
+        pg.stop()
+        atexit.register(shutil.rmtree, pg.home, ignore_errors=True)
+        atexit.register(pg.purge)
+        _PRISTINE.append(pg)
+    return _PRISTINE[0]
+
+
 @contextmanager
 def own_postgres(home: Path) -> Iterator[EmbeddedPostgres]:
     """An embedded PostgreSQL of the test's own, its ``kgstream`` database migrated; purged
-    at the end."""
+    at the end. A copy of the process's pristine cluster (its data directory with owners and
+    modes, and its passwords): initdb and the migrations run once per process, not per test."""
+    source = _pristine()
     pg = EmbeddedPostgres(home)
     try:
-        migrations.upgrade(pg.start(), 384)
+        pg.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", str(source.data_dir), str(pg.data_dir)], check=True)
+        (home / "secrets").parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["cp", "-a", str(source.home / "secrets"), str(home / "secrets")], check=True
+        )
+        pg.start()
         yield pg
     finally:
         pg.purge()
