@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo up test lint tools clean
+.PHONY: demo up test test-quick lint tools clean
 
 $(BIN)/kgstream: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,8 +39,15 @@ tools:
 		echo "not root or no apt-get: not installing$$missing; tests needing them will be skipped"; \
 	fi
 
+# The suite in parallel: 3 workers on a 2-core machine (much of a test is waiting on processes
+# and servers); the heavy tests run one at a time per group (tests/conftest.py, PROCESS_GROUPS).
+TEST_WORKERS ?= 3
 test: lint tools  ## lint, type-check, then unit, integration and e2e tests
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# The inner loop while working: unit and the fast integration tests, no lint (about 3 minutes).
+test-quick: $(BIN)/kgstream
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow" tests/unit tests/integration tests/deploy
 
 clean:
 	$(BIN)/kgstream infra down --purge || true

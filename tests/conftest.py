@@ -141,3 +141,39 @@ async def deps(
     )
     await engine.dispose()
     producer.close()
+
+
+# The suite runs in parallel (pytest-xdist, `make test`: `-n 3 --dist loadgroup`), each worker
+# with its own session PostgreSQL, broker and models. Tests that run kgstream's worker processes
+# or a whole `kgstream up` are the heavy ones: each group runs on one worker, one test at a
+# time, so at most two of them share the 2 cores while the third worker takes the rest. They
+# are also `slow`: `make test-quick` leaves them out (with the corpora-heavy modules below).
+PROCESS_GROUPS = {
+    "stack": {
+        "test_chaos", "test_demo", "test_up", "test_up_supervision", "test_mcp_agent",
+        "test_eval_and_query_cli", "test_probes", "test_json_logs",
+    },
+    "workers": {
+        "test_faults", "test_rejoin", "test_stall_status", "test_metrics_endpoints",
+        "test_large_document_lane", "test_crash_recovery", "test_held_shutdown",
+        "test_two_indexers", "test_pipeline",
+    },
+}  # fmt: skip
+SLOW_MODULES = {
+    "test_dlq_cli", "test_graph_properties", "test_api_admission", "test_curations",
+    "test_communities_recompute", "test_cloudevents_ingest", "test_dead_letter_identity",
+    "test_erasure", "test_broker_restart", "test_compressed_batches", "test_api_fuzz",
+    "test_replay", "test_error_boundary",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups and the slow marker by module (see PROCESS_GROUPS)."""
+    for item in items:
+        module = item.path.stem
+        for group, modules in PROCESS_GROUPS.items():
+            if module in modules:
+                item.add_marker(pytest.mark.xdist_group(group))
+                item.add_marker(pytest.mark.slow)
+        if module in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
