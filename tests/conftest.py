@@ -146,17 +146,18 @@ async def deps(
 # The suite runs in parallel (pytest-xdist, `make test`: `-n 3 --dist loadgroup`), each worker
 # with its own session PostgreSQL, broker and models. Tests that run kgstream's worker processes
 # or a whole `kgstream up` are the heavy ones: each group runs on one worker, one test at a
-# time, so at most two of them share the 2 cores while the third worker takes the rest. They
-# are also `slow`: `make test-quick` leaves them out (with the corpora-heavy modules below).
+# time, and the groups are about equal (4-5 minutes each on 2 cores, docs/BENCHMARKS.md, "The
+# suite"), so no worker holds two of them. They are also `slow`: `make test-quick` leaves them
+# out (with the corpus-heavy modules below).
 PROCESS_GROUPS = {
-    "stack": {
-        "test_chaos", "test_demo", "test_up", "test_up_supervision", "test_mcp_agent",
-        "test_eval_and_query_cli", "test_probes", "test_json_logs",
+    "stack": {"test_chaos", "test_demo", "test_up", "test_up_supervision", "test_mcp_agent"},
+    "workers-a": {
+        "test_faults", "test_rejoin", "test_stall_status", "test_two_indexers", "test_probes",
+        "test_json_logs",
     },
-    "workers": {
-        "test_faults", "test_rejoin", "test_stall_status", "test_metrics_endpoints",
-        "test_large_document_lane", "test_crash_recovery", "test_held_shutdown",
-        "test_two_indexers", "test_pipeline",
+    "workers-b": {
+        "test_large_document_lane", "test_pipeline", "test_crash_recovery",
+        "test_metrics_endpoints", "test_held_shutdown", "test_eval_and_query_cli",
     },
 }  # fmt: skip
 SLOW_MODULES = {
