@@ -159,8 +159,16 @@ def many_groups(stack: Stack) -> dict[str, Any]:
     return {"posted": codes, "applied": stack.applied(ids), "of": len(ids)}
 
 
-def broker_restart(stack: Stack) -> dict[str, Any]:
+def restart_broker(stack: Stack) -> None:
+    """SIGKILL the embedded broker and start it again as an operator would (`kgstream infra
+    up`: same port, topics created again)."""
     os.kill(stack.pid("broker"), signal.SIGKILL)
+    time.sleep(1)
+    cli(stack.env, "infra", "up")
+
+
+def broker_restart(stack: Stack) -> dict[str, Any]:
+    restart_broker(stack)
     accepted, tries = 0, 0
     deadline = time.monotonic() + 90
     while accepted < 5 and time.monotonic() < deadline:
@@ -252,8 +260,7 @@ def paused_indexer_then_broker_death(stack: Stack) -> dict[str, Any]:
     os.kill(indexer, signal.SIGSTOP)
     events = [doc(f"paused-{i}", f"Barbara Liskov note {i}.") for i in range(32)]
     codes = [stack.post(stack.t1, [e]) for e in events]
-    os.kill(stack.pid("broker"), signal.SIGKILL)
-    time.sleep(3)
+    restart_broker(stack)
     os.kill(indexer, signal.SIGCONT)
     ids = [e["event_id"] for e in events]
     wait(lambda: stack.applied(ids) == len(ids), 240)
