@@ -135,6 +135,7 @@ class Lanes(Generic[E]):
         """Start the lanes of ``partitions``: the agent has written their earlier events."""
         for key in partitions:
             if key in self._queues and key not in self._tasks:
+                log.info("a large document holds %s: its lane computes it in the background", key)
                 self._tasks[key] = asyncio.create_task(self._run(key), name=f"lane {key}")
 
     async def room(self) -> None:

@@ -51,6 +51,7 @@ from tests.support.workers import (
     Published,
     Worker,
     end_offsets,
+    noticed_broker_gone,
     publish_lines,
     restarted_after_replaced_log,
     sample_lines,
@@ -166,7 +167,7 @@ def test_broker_restart_with_memory_storage_loses_nothing_after_republish(
             assert wait_processed(url, 4, timeout=120, poll=0.05) >= 4, indexer.output()[-3000:]
 
             broker.stop()
-            time.sleep(2)
+            noticed_broker_gone(indexer)  # the outage: seen by the worker, not slept
             assert broker.start() == bootstrap
             # What `kgstream infra up` does on a fresh broker: the topics exist again.
             create_topics(bootstrap, own)

@@ -7,7 +7,6 @@ past it, and a worker killed then loses nothing and applies nothing twice."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from kafka import KafkaProducer
 
 from services.core.chunking import Chunker
 from services.core.settings import Settings
+from tests.support.faults import wait_until
 from tests.support.graph import scalar, wait_processed
 from tests.support.workers import (
     sample_lines,
@@ -86,7 +86,9 @@ def test_small_documents_on_other_partitions_pass_a_large_one(
     try:
         assert wait_ready(workers), worker.output()[-3000:]
         large_at = send(producer, topic, upsert("large", large_text(settings)), 0)
-        time.sleep(2)  # its own batch: the worker is computing it when the others arrive
+        # Its own batch: the others arrive while its lane computes it.
+        lane = "a large document holds"
+        assert wait_until(lambda: lane in worker.output(), 60), worker.output()[-3000:]
         ends = {1: 1 + max(send(producer, topic, e, 1) for e in small)}
         for event in behind:
             send(producer, topic, event, 0)

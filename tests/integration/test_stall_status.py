@@ -30,6 +30,7 @@ from tests.support.graph import scalar, wait_processed
 from tests.support.records import document_event
 from tests.support.workers import (
     end_offsets,
+    noticed_broker_gone,
     publish_lines,
     restarted_after_replaced_log,
     sample_lines,
@@ -204,7 +205,7 @@ def test_progress_follows_the_offsets_of_a_restarted_broker(
             assert wait_until(lambda: stored_offsets(url, group, topic) == end_offsets(first), 30)
 
             broker.stop()  # memory storage: the new broker's offsets start at 0 again
-            time.sleep(2)
+            noticed_broker_gone(indexer)  # the outage: seen by the worker, not slept
             assert broker.start() == bootstrap
             create_topics(bootstrap, own)
             again = publish_lines(bootstrap, topic, lines[30:40])

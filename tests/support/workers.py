@@ -92,6 +92,21 @@ def start_worker(
     return Worker(proc, log, group)
 
 
+def noticed_broker_gone(worker: Worker, timeout: float = 60) -> None:
+    """Wait until the worker's log shows it lost the broker (after this call started): an
+    outage that lasts until the worker has seen it, instead of a fixed sleep."""
+    seen = len(worker.output())
+    signs = ("ECONNREFUSED", "Connect call failed", "socket disconnected", "Connection lost")
+
+    def noticed() -> bool:
+        return any(sign in worker.output()[seen:] for sign in signs)
+
+    deadline = time.monotonic() + timeout
+    while not noticed():
+        assert time.monotonic() < deadline, worker.output()[-3000:]
+        time.sleep(0.1)
+
+
 def restarted_after_replaced_log(worker: Worker, settings: Settings, log: Path) -> Worker:
     """What `kgstream up` or Kubernetes do when the broker replaced the documents topic (a
     restart on memory storage): the indexer notices the new topic id and exits to be
