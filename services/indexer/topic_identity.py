@@ -92,12 +92,6 @@ def describe_topic(bootstrap: str, topic: str) -> Described | None:
         admin.close()
 
 
-def read_topic_id(bootstrap: str, topic: str) -> str | None:
-    """The topic's id (``describe_topic``), or None. Blocking."""
-    described = describe_topic(bootstrap, topic)
-    return None if described is None else described.topic_id
-
-
 @dataclass(frozen=True)
 class Loss:
     """Records a replaced log took along: per partition, [first, end) offsets never applied."""

@@ -8,12 +8,10 @@ records) between two sends of one long-lived producer."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from services.communities.snapshots import kafka_announcer
 from services.core.errors import TransientError
@@ -22,7 +20,7 @@ from services.core.producer import make_producer, publish_events
 from services.core.settings import Settings
 from services.query_api.ingest import DocumentPublisher
 from tests.support.faults import create_topics, moved, own_broker
-from tests.support.records import document_event
+from tests.support.records import document_event, event_ids_on
 
 pytestmark = pytest.mark.integration
 
@@ -34,18 +32,6 @@ def restart(broker: EmbeddedBroker, settings: Settings) -> None:
     broker.stop()
     assert broker.start() == settings.kafka_bootstrap_servers
     create_topics(broker.bootstrap, settings)
-
-
-def events_on(bootstrap: str, topic: str) -> set[str]:
-    """Event ids of every record on the topic's partitions."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
-    try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(parts)
-        consumer.seek_to_beginning()
-        return {json.loads(m.value)["event_id"] for m in consumer}
-    finally:
-        consumer.close()
 
 
 def first_success(send: object, attempts: list[str]) -> bool:
@@ -82,7 +68,7 @@ def test_http_ingest_publisher_recovers_from_a_broker_restart(
             sent = first_success(lambda: publisher.send(after), attempts)
             assert sent, f"the publisher never sent again after the restart: {attempts[-3:]}"
             assert publisher.state == {"ingest": "ok"}
-            assert "after" in events_on(broker.bootstrap, own.documents_topic)
+            assert "after" in event_ids_on(broker.bootstrap, own.documents_topic)
         finally:
             publisher.close()
 
@@ -102,7 +88,7 @@ def test_a_cli_producer_recovers_from_a_broker_restart(settings: Settings, tmp_p
                 publish_events(producer, topic, [document_event(event_id="after")], 5)
 
             assert first_success(send, attempts), f"never sent again: {attempts[-3:]}"
-            assert "after" in events_on(broker.bootstrap, topic)
+            assert "after" in event_ids_on(broker.bootstrap, topic)
         finally:
             producer.close(timeout=1)
 

@@ -30,6 +30,7 @@ from services.indexer.topic_identity import (
 )
 from tests.support.faults import create_topics, moved, own_broker
 from tests.support.graph import scalar
+from tests.support.records import event_ids_on
 from tests.support.workers import publish_lines
 
 pytestmark = pytest.mark.integration
@@ -45,17 +46,6 @@ def events(tag: str, n: int) -> list[dict[str, str]]:
 
 def lines(tag: str, n: int) -> list[str]:
     return [json.dumps(e) for e in events(tag, n)]
-
-
-def event_ids_on(bootstrap: str, topic: str) -> list[str]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
-    try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(parts)
-        consumer.seek_to_beginning()
-        return sorted(json.loads(m.value)["event_id"] for m in consumer)
-    finally:
-        consumer.close()
 
 
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:

@@ -58,3 +58,15 @@ def dlq_messages(bootstrap: str, topic: str) -> list[bytes]:
         return [bytes(m.value) for m in consumer]
     finally:
         consumer.close()
+
+
+def event_ids_on(bootstrap: str, topic: str) -> list[str]:
+    """Event ids of every record on the topic's partitions, sorted."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(parts)
+        consumer.seek_to_beginning()
+        return sorted(json.loads(m.value)["event_id"] for m in consumer)
+    finally:
+        consumer.close()
