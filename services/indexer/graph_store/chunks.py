@@ -1,5 +1,6 @@
-"""A document's own rows: its chunks (inserted, moved, removed) and the mentions and aliases of
-its new chunks. Mentions and relationship evidence cascade with their chunk."""
+"""A document's own rows: its chunks (inserted, moved, removed) and the mentions of its new
+chunks, with the aliases they support (written by graph_store/rebuild.py under the entities'
+update locks). Mentions and relationship evidence cascade with their chunk."""
 
 from __future__ import annotations
 
@@ -26,11 +27,6 @@ _MENTIONS = BulkInsert(
         ("origin", "text"),
     ),
     "ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING",
-)
-_ALIASES = BulkInsert(
-    "aliases",
-    (("entity_id", "bigint"), ("alias", "text"), ("alias_key", "text")),
-    "ON CONFLICT DO NOTHING",
 )
 _TOUCHED_ENTITIES = text("SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:ids)")
 _TOUCHED_RELATIONSHIPS = text(
@@ -112,15 +108,18 @@ async def insert_chunks(
     return {str(r.content_hash): int(r.id) for r in inserted.all()}
 
 
+AliasRow = tuple[int, str, str]  # (entity_id, alias, alias_key)
+
+
 async def insert_mentions(
     conn: AsyncConnection,
     doc_id: str,
     mentions: Sequence[MentionRow],
     entity_ids: Mapping[str, int],
     chunk_ids: Mapping[str, int],
-) -> set[int]:
-    """Insert the mentions whose surface resolved to an entity, and their surfaces as aliases;
-    return the entities they name."""
+) -> tuple[set[int], list[AliasRow]]:
+    """Insert the mentions whose surface resolved to an entity; return the entities they name
+    and their surfaces as aliases, in entity order (for ``rebuild`` to write)."""
     rows: list[tuple[int, int, str, str, str, int, int, str, str]] = []
     alias_keys: dict[tuple[int, str], str] = {}
     for m in mentions:
@@ -145,5 +144,4 @@ async def insert_mentions(
     rows.sort(key=lambda r: (r[0], r[1], r[5]))
     # A document may name nothing at all (no title, no entities).
     await insert_rows(conn, _MENTIONS, rows)
-    await insert_rows(conn, _ALIASES, [(e, a, k) for (e, a), k in sorted(alias_keys.items())])
-    return {r[0] for r in rows}
+    return {r[0] for r in rows}, [(e, a, k) for (e, a), k in sorted(alias_keys.items())]

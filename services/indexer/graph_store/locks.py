@@ -23,13 +23,16 @@ transaction meets them:
    row from being deleted under the event and blocks no update, so other writers' weight and
    count updates go on. The foreign-key checks of the event's own rows take the same lock,
    which is why rows are written in the order of the shared rows they refer to: entities
-   inserted by key, relationships by (source, target, type), mentions and aliases by entity id,
-   evidence by relationship id.
+   inserted by key, relationships by (source, target, type), mentions by entity id, evidence
+   by relationship id.
 4. **Update locks on the shared rows, last, in id order: relationships, then entities**
    (``lock_relationships``, then ``lock_entities``): every writer that added or removed
    evidence of a row rebuilds that row and locks it first, so no two writers deadlock here
    and each rebuild sees the evidence of every writer that held the lock before (no lost
-   update). A hub is locked only for the event's last statements.
+   update). A hub is locked only for the event's last statements. An entity's aliases (the
+   surfaces its mentions use) are deleted and inserted under this lock too: an alias inserted
+   earlier could be found present by one writer and then deleted by another that locked the
+   entity first and could not see the first writer's uncommitted mention.
 5. **A row left without evidence is deleted unless another writer holds a key-share lock on
    it** (``unsupported_relationships``, ``orphan_entities``: ``SKIP LOCKED``): that writer is
    adding evidence to it and rebuilds it after this commit; waiting for it here would deadlock

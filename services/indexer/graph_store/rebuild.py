@@ -8,11 +8,12 @@ graph_store/locks.py (rules 4 and 5)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.db.bulk import BulkInsert, insert_rows
 from services.indexer.graph_store.changes import ChangeSet
 from services.indexer.graph_store.entities import retype_entities
 from services.indexer.graph_store.locks import (
@@ -51,7 +52,14 @@ _ENTITY_AGGREGATES = text(
     "  FROM mentions m WHERE m.entity_id = ANY(:ids) GROUP BY m.entity_id) s"
     " WHERE e.id = s.entity_id"
 )
-# Aliases are the surfaces that still have mentions.
+# Aliases are the surfaces that still have mentions. Both statements run under the entities'
+# update locks: an alias written before them could be found present by this event, then deleted
+# by another that took the lock first and could not see this event's uncommitted mention.
+_ALIASES = BulkInsert(
+    "aliases",
+    (("entity_id", "bigint"), ("alias", "text"), ("alias_key", "text")),
+    "ON CONFLICT DO NOTHING",
+)
 _STALE_ALIASES = text(
     "DELETE FROM aliases a WHERE a.entity_id = ANY(:ids) AND NOT EXISTS"
     " (SELECT 1 FROM mentions m WHERE m.entity_id = a.entity_id"
@@ -66,9 +74,12 @@ async def rebuild(
     changes: ChangeSet,
     *,
     removed_evidence: bool,
+    aliases: Sequence[tuple[int, str, str]] = (),
 ) -> None:
     """Rebuild ``rel_ids`` and ``entity_ids`` (and the entities ``changes`` retypes) from their
-    evidence, recording what changed in ``changes``. ``removed_evidence``: the event deleted
+    evidence, recording what changed in ``changes``; write ``aliases`` (entity_id, alias,
+    alias_key: the surfaces of the event's new mentions, whose entities are among
+    ``entity_ids``). ``removed_evidence``: the event deleted
     chunks. One that did not only added evidence, to every row it touched (each entity it
     resolved to got a mention, each relationship a piece of evidence), so no row of it can be
     left without evidence and the statements that look for such rows are skipped."""
@@ -99,4 +110,5 @@ async def rebuild(
         await conn.execute(_ENTITY_AGGREGATES, {"ids": ents})
         if removed_evidence:
             await conn.execute(_STALE_ALIASES, {"ids": ents})
+        await insert_rows(conn, _ALIASES, aliases)
         changes.nodes_changed |= set(ents) - removed_nodes - changes.nodes_added

@@ -23,6 +23,7 @@ from services.indexer.documents import (
 )
 from services.indexer.graph_store.changes import ChangeSet, log_changes
 from services.indexer.graph_store.chunks import (
+    AliasRow,
     clear_extraction,
     insert_chunks,
     insert_mentions,
@@ -77,12 +78,14 @@ async def write_upsert(
             await hold_rules(conn, plan.rules)
             chunk_ids = await insert_chunks(conn, event.doc_id, plan.new)
             # Rules 2 and 3: creation locks, then key-share locks on what it refers to.
-            named, related = await _write_facts(conn, plan, chunk_ids, changes)
+            named, related, aliases = await _write_facts(conn, plan, chunk_ids, changes)
             ents |= named
             rels |= related
+        else:
+            aliases = []
         await record_token_usage(conn, event.doc_id, plan.tokens)
         # Rules 4 and 5, last: the shared rows stay locked from here to commit.
-        await rebuild(conn, ents, rels, changes, removed_evidence=bool(removed))
+        await rebuild(conn, ents, rels, changes, removed_evidence=bool(removed), aliases=aliases)
         await log_changes(conn, changes, event.doc_id, event.event_id)
         await set_outcome(conn, event.event_id, "applied")
     deps.observer.chunks(reused=len(plan.kept), embedded=len(plan.new))
@@ -131,11 +134,11 @@ async def write_reresolve(deps: IndexerDeps, plan: WritePlan) -> bool:
         ents, rels = await clear_extraction(conn, sorted(current.values()))
         chunk_ids = {c.diff_hash: current[c.diff_hash] for c in plan.new}
         changes = ChangeSet()
-        named, related = await _write_facts(conn, plan, chunk_ids, changes)
+        named, related, aliases = await _write_facts(conn, plan, chunk_ids, changes)
         ents |= named
         rels |= related
         await record_token_usage(conn, doc_id, plan.tokens)
-        await rebuild(conn, ents, rels, changes, removed_evidence=True)
+        await rebuild(conn, ents, rels, changes, removed_evidence=True, aliases=aliases)
         await log_changes(conn, changes, doc_id, plan.event.event_id)
         await settle(conn, doc_id)
     return True
@@ -143,14 +146,15 @@ async def write_reresolve(deps: IndexerDeps, plan: WritePlan) -> bool:
 
 async def _write_facts(
     conn: AsyncConnection, plan: WritePlan, chunk_ids: Mapping[str, int], changes: ChangeSet
-) -> tuple[set[int], set[int]]:
+) -> tuple[set[int], set[int], list[AliasRow]]:
     """Resolve the plan's surfaces, then write its mentions and the evidence of its extracted
-    and provided relations; return the entities and relationships they touched."""
+    and provided relations; return the entities and relationships they touched, and the
+    aliases its mentions support (written by ``rebuild``, under the entities' locks)."""
     doc_id = plan.event.doc_id
     resolved = await resolve_entities(conn, plan)
     changes.nodes_added |= resolved.added
     changes.retype.update(resolved.retype)
-    ents = await insert_mentions(conn, doc_id, plan.mentions, resolved.ids, chunk_ids)
+    ents, aliases = await insert_mentions(conn, doc_id, plan.mentions, resolved.ids, chunk_ids)
     rels = await add_relationships(
         conn,
         doc_id=doc_id,
@@ -160,4 +164,4 @@ async def _write_facts(
         chunk_ids=chunk_ids,
         changes=changes,
     )
-    return ents, rels
+    return ents, rels, aliases
