@@ -30,6 +30,7 @@ from services.core.telemetry.server import OpsServer
 from services.indexer import consumer_state, fetch_wait, resume_positions, unreadable_batches
 from services.indexer.curation_apply import apply_pending
 from services.indexer.event_times import received_wall
+from services.indexer.fetch_stall import Activity, FetchStall, fetch_positions, run_fetch_watch
 from services.indexer.handlers import (
     IndexerDeps,
     PreparedBatch,
@@ -136,8 +137,9 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
         observer=observer,
     )
     documents = app.topic(settings.documents_topic, key_type=bytes, value_type=bytes)
+    activity = Activity()  # the agent's batches and lanes, for the fetch watch
     _consumer_patches(app, settings, deps.engine)
-    _operations(app, settings, endpoints, deps.engine, topic_id)
+    _operations(app, settings, endpoints, deps.engine, topic_id, activity=activity)
 
     _sweep_accepted_events(app, deps.engine)
 
@@ -152,6 +154,20 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
                 settings.curation_apply_interval_s,
                 exc_info=True,
             )
+
+    _index_agent(app, documents, settings, deps, activity)
+    return app
+
+
+def _index_agent(
+    app: faust.App,
+    documents: faust.TopicT,
+    settings: Settings,
+    deps: IndexerDeps,
+    activity: Activity,
+) -> None:
+    """The agent: batches of the documents topic, computed and written in a pipeline, acked
+    once written; large documents in lanes of their own."""
 
     @app.agent(documents, name="index-documents")
     async def index(stream: faust.StreamT[bytes]) -> None:
@@ -180,6 +196,7 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
             current=lambda e: e.message.generation_id == app.consumer_generation_id,
             on_failure=exit_after_failure,
         )
+        activity.watch_lanes(lambda: bool(lanes.held()))
 
         # faust does not stop the agent on a rebalance: the lanes of revoked partitions stop.
         async def revoked(_: Any, /, *args: Any, signal: Any, **__: Any) -> None:  # noqa: ARG001 - faust sends it
@@ -194,6 +211,7 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
         async def prepare(batch: Sequence[bytes]) -> tuple[Events, PreparedBatch]:
             # noack_take buffers events, not values; those of partitions held by a large
             # document go to its lane (services/indexer/lanes.py).
+            activity.begin()  # until its write ends
             events = lanes.divert(cast(Events, batch))
             await lanes.room()
             records = [r for r in map(_record, events) if r is not None]
@@ -203,8 +221,11 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
 
         async def write(_: Sequence[bytes], step: tuple[Events, PreparedBatch]) -> None:
             events, prepared = step
-            await handle(events, prepared)
-            lanes.start(prepared.held_from)  # their earlier events are written and acked
+            try:
+                await handle(events, prepared)
+                lanes.start(prepared.held_from)  # their earlier events are written and acked
+            finally:
+                activity.end()
 
         # The write phase of one batch overlaps the compute phase of the next; a batch is
         # acked after its writes, batches in order (services/indexer/pipeline.py).
@@ -217,8 +238,6 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
             exit_after_failure(exc)
         finally:
             await lanes.close()
-
-    return app
 
 
 def _consumer_patches(app: faust.App, settings: Settings, engine: AsyncEngine) -> None:
@@ -255,12 +274,16 @@ def _operations(
     endpoints: Endpoints,
     engine: AsyncEngine,
     topic_id: str | None,
+    *,
+    activity: Activity,
 ) -> None:
     """/metrics, /healthz, /readyz; registration and heartbeat; consumer lag, refreshed; the
-    rejoin watchdog (services/indexer/membership.py); the topic watch (topic_identity.py)."""
+    rejoin watchdog (services/indexer/membership.py) and the fetch watch (fetch_stall.py); the
+    topic watch (topic_identity.py)."""
     membership = Membership(settings.documents_topic)
     limit = rejoin_timeout_s(settings.indexer_rejoin_timeout_s, settings.broker_session_timeout_s)
     watchdog = RejoinWatchdog(membership, settings.consumer_group, limit)
+    stall = FetchStall(limit)
     offsets = OffsetReader(endpoints.kafka_bootstrap_servers)
     lag = LagGauge(engine, offsets, settings.consumer_group)
 
@@ -289,7 +312,7 @@ def _operations(
             settings.indexer_metrics_host,
             settings.indexer_metrics_port,
             ready,
-            live=watchdog.overdue,
+            live=lambda: watchdog.overdue() or stall.reason,
             ready_budget_s=settings.readiness_budget_s,
             ready_give_up_s=settings.db_connect_timeout_s,
         ),
@@ -304,11 +327,19 @@ def _operations(
         ends = await asyncio.to_thread(offsets.read, owned) if owned else {}
         return {p: end for (_, p), end in ends.items()}
 
+    async def fetch_sample() -> tuple[bool, bool, dict[int, int | None], dict[int, int]]:
+        member, owned = membership.joined, {p for t, p in membership.assigned if t == topic}
+        if not member or activity.busy or not owned:
+            return member, True, {}, {}  # nothing to compare: no broker round trip
+        positions = fetch_positions(app, topic, owned)
+        return membership.joined, activity.busy, positions, await documents_ends()
+
     class Operations(mode.Service):
         """Started and stopped with the faust app."""
 
         watch: asyncio.Task[None] | None = None
         topic_task: asyncio.Task[None] | None = None
+        fetch_task: asyncio.Task[None] | None = None
 
         async def on_start(self) -> None:
             await ops.start()
@@ -318,13 +349,14 @@ def _operations(
                 exit_for_restart(reason)
 
             self.watch = asyncio.create_task(run_watchdog(watchdog, on_overdue))
+            self.fetch_task = asyncio.create_task(run_fetch_watch(stall, fetch_sample, on_overdue))
             self.topic_task = asyncio.create_task(
                 run_watch(engine, topic_watch, settings.consumer_group, documents_ends,
                           exit_for_restart)
             )  # fmt: skip
 
         async def on_stop(self) -> None:
-            for task in (self.watch, self.topic_task):
+            for task in (self.watch, self.topic_task, self.fetch_task):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
