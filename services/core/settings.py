@@ -136,8 +136,9 @@ class Settings(BaseSettings):
         gt=0,
         description="Longest the indexer's consumer may be out of its group (a rebalance, an "
         "eviction), or in it without fetching records that wait while the indexer has nothing "
-        "to do (services/indexer/fetch_stall.py), before /healthz fails and the process exits to be restarted. Unset: 20 x "
-        "broker_session_timeout_s (120 s): above faust's 60 s rebalance timeout.",
+        "to do (services/indexer/fetch_stall.py), before /healthz fails and the process "
+        "exits to be restarted. Unset: 20 x broker_session_timeout_s (120 s): above faust's "
+        "60 s rebalance timeout.",
     )
     broker_commit_interval_s: float = Field(
         default=0.5, description="Offset commit interval: bounds redelivery after a crash."

@@ -89,6 +89,12 @@ READ_FALLBACKS = Counter(
     "(no_usable_replica, not_caught_up)",
     ["reason"],
 )
+READ_WAITING = Gauge(
+    "kgstream_query_read_waiting",
+    "Reads waiting now for min_snapshot or after_event on a database, by target "
+    "(primary, replica-<n>)",
+    ["target"],
+)
 READ_WAIT_SECONDS = Histogram(
     "kgstream_query_read_wait_seconds",
     "Time reads with min_snapshot or after_event waited for their database, by outcome "

@@ -198,7 +198,7 @@ class ReadRouter:
         while (replica := self._pick(tried)) is not None:
             tried.add(replica.name)
             try:
-                opened = await self._wait_on(replica.engine, want, deadline)
+                opened = await self._wait_on(replica.engine, want, deadline, replica.name)
             except (DBAPIError, OSError) as exc:
                 replica.take_out(describe_error(exc), self.policy.retry_s)
                 continue
@@ -218,7 +218,7 @@ class ReadRouter:
                 if self.policy.fallback != "primary":
                     raise NoReadTarget(self._why_none())
                 metrics.READ_FALLBACKS.labels(reason="no_usable_replica").inc()
-        conn, seen = await self._wait_on(self.primary, want, deadline)
+        conn, seen = await self._wait_on(self.primary, want, deadline, PRIMARY)
         if not want.met_by(seen):
             await conn.close()
             _observe_wait(want, started, "refused")
@@ -243,11 +243,14 @@ class ReadRouter:
         return f"no replica is usable ({listed}); KGSTREAM_READ_FALLBACK=unavailable"
 
     async def _wait_on(
-        self, engine: AsyncEngine, want: Wanted, deadline: float
+        self, engine: AsyncEngine, want: Wanted, deadline: float, target: str
     ) -> tuple[AsyncConnection, ReadState]:
         """A connection inside a read transaction that shows ``want``, or the last one tried
-        at ``deadline`` (the caller checks)."""
+        at ``deadline`` (the caller checks). While it waits, ``target`` counts in
+        kgstream_query_read_waiting."""
         conn = await engine.connect()
+        waiting = metrics.READ_WAITING.labels(target=target)
+        waited = False
         try:
             await conn.execution_options(isolation_level="REPEATABLE READ")
             while True:
@@ -259,10 +262,16 @@ class ReadRouter:
                 if want.met_by(seen) or left <= 0:
                     return conn, seen
                 await conn.rollback()  # a new transaction sees what was replayed meanwhile
+                if not waited:
+                    waited = True
+                    waiting.inc()
                 await asyncio.sleep(min(POLL_S, left))
         except BaseException:
             await conn.close()
             raise
+        finally:
+            if waited:
+                waiting.dec()
 
 
 @asynccontextmanager
