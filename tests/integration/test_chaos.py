@@ -113,7 +113,7 @@ def kill_each_worker(run: Run, lines: list[str]) -> None:
     run.applied(16)
     run.figures["indexer kill -> all applied (s)"] = time.monotonic() - killed
 
-    assert kgstream(run.settings, "recompute").returncode == 0
+    assert kgstream(run.settings, "recompute", process=True).returncode == 0
     killed = run.kill("communities")
     run.figures["communities kill -> restarted (s)"] = time.monotonic() - killed
 
@@ -231,7 +231,7 @@ def test_chaos_whole_stack(
                 freeze_postgres(run, lines)
                 time.sleep(2)  # the flood goes on for a while after the last outage
             # The restarted communities worker still recomputes.
-            done = kgstream(own, "recompute", "--wait", timeout=600)
+            done = kgstream(own, "recompute", "--wait", timeout=600, process=True)
             assert done.returncode == 0, done.stdout + done.stderr
             assert up.alive(), run.tail()
             up.proc.send_signal(signal.SIGINT)

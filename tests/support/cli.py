@@ -1,14 +1,20 @@
-"""Run the `kgstream` CLI in a subprocess, pointed at one test's database and topics."""
+"""Run the `kgstream` CLI pointed at one test's database and topics: in this process through
+Typer's runner (the default: no interpreter start and imports per call), or in a subprocess as a
+user runs it (``process=True``; the e2e tests and the process tests run it so; every call does
+with KGSTREAM_TESTS_CLI_SUBPROCESS=1 in the environment, to compare)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,9 +57,11 @@ def env_for(settings: Settings) -> dict[str, str]:
 
 
 def kgstream(
-    settings: Settings, *args: str, timeout: float = 300
+    settings: Settings, *args: str, timeout: float = 300, process: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """`kgstream ARGS...` to completion, output captured."""
+    """`kgstream ARGS...` to completion, output captured: in this process unless ``process``."""
+    if not process and not os.environ.get("KGSTREAM_TESTS_CLI_SUBPROCESS"):
+        return in_process(env_for(settings), *args, timeout=timeout)
     return subprocess.run(
         [sys.executable, "-m", "services.cli.main", *args],
         env=env_for(settings),
@@ -62,6 +70,37 @@ def kgstream(
         timeout=timeout,
         check=False,
     )
+
+
+def in_process(
+    env: dict[str, str], *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`kgstream ARGS...` through Typer's runner with ``env`` as its environment, as `main()`
+    runs it (a KgstreamError is `error: ...` and code 1). On a thread of its own: the CLI runs
+    its own event loops, and a test's loop may be running on this one. What it changes in the
+    process's logging (services/core/logs.py) is undone afterwards."""
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+    from services.core.errors import KgstreamError
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    excepthook = threading.excepthook
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgstream-cli") as pool:
+            result = pool.submit(CliRunner().invoke, app, list(args), env=env).result(timeout)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        logging.captureWarnings(False)
+        threading.excepthook = excepthook
+    stdout, stderr, code = result.stdout, result.stderr, result.exit_code
+    if isinstance(result.exception, KgstreamError):
+        stderr += f"error: {result.exception}\n"
+    elif result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["kgstream", *args], code, stdout, stderr)
 
 
 @dataclass
