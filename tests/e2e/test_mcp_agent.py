@@ -50,7 +50,11 @@ def _kgstream(env: dict[str, str], *args: str) -> str:
 async def test_an_agent_over_http_and_stdio(tmp_path: Path, user_home: Path) -> None:
     port = free_port()
     ports = {"indexer_metrics_port": "0", "communities_metrics_port": "0"}
-    env = user_env(user_home, api_port=str(port), auth="required", **ports)
+    # The after_event search waits for publish, indexing and write, which on a loaded machine
+    # can take well past the default 3 s; the request budget above it, both under the MCP
+    # client's 120 s so a slow pipeline is answered 409, not cut off.
+    waits = {"read_wait_max_s": "90", "query_timeout_s": "110"}
+    env = user_env(user_home, api_port=str(port), auth="required", **ports, **waits)
     with kgstream_up(env, tmp_path) as up:
         key = _kgstream(env, "keys", "create", "--scopes", "query,ingest").splitlines()[-1]
         async with mcp_client(f"http://127.0.0.1:{port}/mcp", key) as client:

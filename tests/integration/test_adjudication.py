@@ -23,7 +23,7 @@ from tests.support.records import document_event, record, rows
 
 pytestmark = pytest.mark.integration
 
-HOLD_S = 4.0
+HOLD_S = 60.0  # a safety net only: the test releases the adjudicator itself
 EINSTEIN = "Albert Einstein was a physicist. Albert Einstein lived in Bern."
 # "Alberto Einstein": trigram 0.82 and name cosine 0.887 to "Albert Einstein", inside the
 # ambiguous band (0.80 to 0.92), so the adjudicator is asked.
@@ -31,7 +31,8 @@ ALBERTO = "Alberto Einstein was a painter. Alberto Einstein lived in Milan."
 
 
 def adjudicating(deps: IndexerDeps, stub: OpenAIStub) -> IndexerDeps:
-    settings = Settings(openai_base_url=stub.base_url, llm_timeout_s=30, llm_max_attempts=1)
+    # The client waits longer than the stub may hold a request (HOLD_S).
+    settings = Settings(openai_base_url=stub.base_url, llm_timeout_s=2 * HOLD_S, llm_max_attempts=1)
     client = process_client(settings)
     assert client is not None
     adjudicate = make_adjudicator(client, "stub-chat", attempts=1)
@@ -42,11 +43,11 @@ async def test_a_slow_adjudicator_blocks_no_other_writer(
     deps: IndexerDeps, openai_stub: OpenAIStub, settings: Settings
 ) -> None:
     released: list[float] = []
-    asked = threading.Event()
+    asked, release = threading.Event(), threading.Event()
 
     def slow_no(body: dict[str, Any]) -> str:
         asked.set()
-        time.sleep(HOLD_S)
+        release.wait(HOLD_S)  # held until the other writer is done
         released.append(time.monotonic())
         return json.dumps({"same": False})
 
@@ -57,27 +58,30 @@ async def test_a_slow_adjudicator_blocks_no_other_writer(
     slow = adjudicating(deps, openai_stub)
     first = document_event(event_id="b1", doc_id="doc-b", title="Art", text=ALBERTO, version=1)
     pending = asyncio.create_task(handle_record(slow, record(first)))
-    assert await asyncio.to_thread(asked.wait, 30)
-
-    # While the model is thinking: no transaction of ours is open, no row lock is held...
-    activity = await rows(
-        deps,
-        "SELECT state FROM pg_stat_activity WHERE datname = current_database()"
-        " AND pid <> pg_backend_pid() AND state LIKE '%transaction%'",
-    )
-    assert activity == []
-    # ...so another indexer (its own engine) writes a newer version of the same document.
-    assert settings.database_url is not None
-    other = replace(deps, engine=make_engine(settings.database_url))
-    newer = document_event(
-        event_id="b2", doc_id="doc-b", title="Art", text=ALBERTO + " He painted.", version=2
-    )
     try:
-        assert await handle_record(other, record(newer)) == "applied"
-        done_at = time.monotonic()
+        assert await asyncio.to_thread(asked.wait, 60)
+
+        # While the model is thinking: no transaction of ours is open, no row lock is held...
+        activity = await rows(
+            deps,
+            "SELECT state FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND state LIKE '%transaction%'",
+        )
+        assert activity == []
+        # ...so another indexer (its own engine) writes a newer version of the same document.
+        assert settings.database_url is not None
+        other = replace(deps, engine=make_engine(settings.database_url))
+        newer = document_event(
+            event_id="b2", doc_id="doc-b", title="Art", text=ALBERTO + " He painted.", version=2
+        )
+        try:
+            assert await handle_record(other, record(newer)) == "applied"
+            done_at = time.monotonic()
+        finally:
+            await other.engine.dispose()
+        assert not released, "the other writer waited for the adjudicator"
     finally:
-        await other.engine.dispose()
-    assert not released, "the other writer waited for the adjudicator"
+        release.set()
 
     # The held event then finds the newer version in its transaction and changes nothing.
     assert await pending == "stale"

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from kafka import KafkaConsumer, TopicPartition
 
 from services.core.api_keys import create_key
 from services.core.cloudevents import parse_type_mapping
@@ -34,6 +33,7 @@ from services.query_api.service import build_query_service
 from tests.conftest import Infra
 from tests.support.cli import kgstream
 from tests.support.graph import scalar
+from tests.support.records import records_on
 from tests.support.workers import (
     Published,
     assert_all_committed,
@@ -113,17 +113,7 @@ async def ingest(make_ingest: IngestFactory) -> AsyncIterator[httpx.AsyncClient]
 
 def topic_records(settings: Settings, topic: str | None = None) -> list[Any]:
     """Every record on ``topic`` (default: the documents topic), all partitions."""
-    name = topic or settings.documents_topic
-    consumer = KafkaConsumer(
-        bootstrap_servers=str(settings.kafka_bootstrap_servers), consumer_timeout_ms=3000
-    )
-    try:
-        partitions = [TopicPartition(name, p) for p in sorted(consumer.partitions_for_topic(name))]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
-        return list(consumer)
-    finally:
-        consumer.close()
+    return records_on(str(settings.kafka_bootstrap_servers), topic or settings.documents_topic)
 
 
 def post(client: httpx.AsyncClient, body: Any, content_type: str, key: str = "") -> Any:

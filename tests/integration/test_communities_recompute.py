@@ -14,7 +14,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from kafka import KafkaConsumer
 from sqlalchemy import text
 
 from services.communities.app import build_writer, leiden_config
@@ -35,6 +34,7 @@ from services.core.status import database_status
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
 from tests.conftest import SAMPLE, Infra
 from tests.support.openai_stub import OpenAIStub
+from tests.support.records import records_on
 
 pytestmark = pytest.mark.integration
 
@@ -162,14 +162,7 @@ async def test_first_build_publishes_a_nested_snapshot(
     assert status["change_ratio"] == 0.0
     assert status["snapshot"]["id"] == snap.id
     # The announcement is on the snapshots topic and follows its contract.
-    consumer = KafkaConsumer(
-        settings.snapshots_topic,
-        bootstrap_servers=infra.bootstrap,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000,
-    )
-    events = [json.loads(m.value) for m in consumer]
-    consumer.close()
+    events = [json.loads(m.value) for m in records_on(infra.bootstrap, settings.snapshots_topic)]
     assert [e["snapshot_id"] for e in events] == [snap.id]
     assert schema_errors(events[0], "snapshot_published.v1") == []
 

@@ -7,6 +7,10 @@ stop 12). Entity creation now waits for the transaction that holds the name's cr
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -29,19 +33,77 @@ SECOND = document_event(
     title="Company notes",
     text="Microsoft Corporation is based in Redmond.",
 )
-HOLD_S = 3
+# A held trigger waits for this advisory lock, which the test holds until the other writer
+# has got as far as the test needs (no fixed window that a loaded machine could miss).
+HOLD_KEY = 0x6B6774  # "kgt"; the indexer's own advisory locks use other keys
+DEADLINE_S = 60.0
+Conn = psycopg.AsyncConnection[Any]
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def holding(dsn: str) -> AsyncIterator[Conn]:
+    """The test's hold (HOLD_KEY) on a connection of its own; ``release`` lets the held
+    transaction go on, and closing the connection does too, whatever happens."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (HOLD_KEY,))
+        yield conn
+
+
+async def release(conn: Conn) -> None:
+    await conn.execute("SELECT pg_advisory_unlock(%s)", (HOLD_KEY,))
+
+
+def hold_trigger(doc_id: str, sequence: str) -> str:
+    """A trigger body: the first row of ``doc_id`` waits for the test's hold (``sequence``
+    counts that document's rows only, so no other row can use up the first)."""
+    return (
+        f"BEGIN IF NEW.doc_id = '{doc_id}' THEN"
+        f" IF nextval('{sequence}') = 1 THEN PERFORM pg_advisory_xact_lock_shared({HOLD_KEY});"
+        " END IF; END IF; RETURN NEW; END"
+    )
+
+
+async def poll(check: Callable[[], Awaitable[T]], what: str) -> T:
+    """The first truthy answer of ``check``, asked until DEADLINE_S; else the test fails."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not (answer := await check()):
+        if time.monotonic() > deadline:
+            pytest.fail(what)
+        await asyncio.sleep(0.05)
+    return answer
+
+
+async def held_pid(conn: Conn) -> int | None:
+    """The backend whose transaction waits for the test's hold, if one does."""
+    cur = await conn.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND classid = 0 AND objid = %s::oid AND objsubid = 1",
+        (HOLD_KEY,),
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else None
+
+
+async def waits_for(conn: Conn, pid: int) -> bool:
+    """Whether another backend waits for a lock that ``pid``'s transaction holds."""
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
 
 
 def hold_first_transaction(settings: Settings) -> str:
-    """The first insert of a mention of doc 'ms-a' sleeps, so its transaction holds its new
-    entities uncommitted for HOLD_S seconds."""
+    """The first insert of a mention of doc 'ms-a' waits for the test's hold, so its
+    transaction holds its new entities uncommitted until the test releases it."""
     dsn = str(settings.database_url).replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE SEQUENCE hold_seq")
         conn.execute(
-            "CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            f" IF NEW.doc_id = 'ms-a' AND nextval('hold_seq') = 1 THEN PERFORM pg_sleep({HOLD_S});"
-            " END IF; RETURN NEW; END $$"
+            "CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$"
+            f" {hold_trigger('ms-a', 'hold_seq')} $$"
         )
         conn.execute(
             "CREATE TRIGGER hold BEFORE INSERT ON mentions FOR EACH ROW EXECUTE FUNCTION hold()"
@@ -49,29 +111,26 @@ def hold_first_transaction(settings: Settings) -> str:
     return dsn
 
 
-async def sleeping(dsn: str) -> bool:
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO mentions%'"
-            " AND wait_event = 'PgSleep'"
-        )
-        row = await cur.fetchone()
-        return bool(row and row[0])
-
-
 async def test_concurrent_title_and_typed_mention_resolve_to_one_entity(
     deps: IndexerDeps, settings: Settings
 ) -> None:
     dsn = hold_first_transaction(settings)
-    first = asyncio.create_task(handle_record(deps, record(FIRST, key=b"ms-a")))
-    for _ in range(200):
-        if await sleeping(dsn):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the first transaction never reached its held insert")
-    second = await handle_record(deps, record(SECOND, key=b"ms-b"))
-    assert (await first, second) == ("applied", "applied")
+    async with holding(dsn) as hold:
+        first = asyncio.create_task(handle_record(deps, record(FIRST, key=b"ms-a")))
+        pid = await poll(
+            lambda: held_pid(hold), "the first transaction never reached its held insert"
+        )
+        assert pid is not None
+        second = asyncio.create_task(handle_record(deps, record(SECOND, key=b"ms-b")))
+
+        async def second_waits_or_is_done() -> bool:
+            return second.done() or await waits_for(hold, pid)
+
+        # The second writer must meet the name while the first's entity is uncommitted: it
+        # waits for the first's creation lock (one that does not wait finishes on its own).
+        await poll(second_waits_or_is_done, "the second writer neither waited nor finished")
+        await release(hold)
+        assert (await first, await second) == ("applied", "applied")
 
     redmond = await rows(
         deps,
@@ -102,15 +161,15 @@ PARIS_OTHER = document_event(
 
 
 def hold_evidence_of(settings: Settings, doc_id: str) -> str:
-    """The first relationship evidence of ``doc_id`` sleeps on insert: its transaction has
-    written its mentions and aliases and holds them uncommitted for HOLD_S seconds."""
+    """The first relationship evidence of ``doc_id`` waits for the test's hold on insert: its
+    transaction has written its mentions and aliases and holds them uncommitted until the test
+    releases it."""
     dsn = str(settings.database_url).replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE SEQUENCE hold_ev_seq")
         conn.execute(
-            "CREATE FUNCTION hold_ev() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            f" IF NEW.doc_id = '{doc_id}' AND nextval('hold_ev_seq') = 1 THEN"
-            f" PERFORM pg_sleep({HOLD_S}); END IF; RETURN NEW; END $$"
+            "CREATE FUNCTION hold_ev() RETURNS trigger LANGUAGE plpgsql AS $$"
+            f" {hold_trigger(doc_id, 'hold_ev_seq')} $$"
         )
         conn.execute(
             "CREATE TRIGGER hold_ev BEFORE INSERT ON relationship_evidence"
@@ -119,31 +178,19 @@ def hold_evidence_of(settings: Settings, doc_id: str) -> str:
     return dsn
 
 
-async def sleeping_on(dsn: str, statement: str) -> bool:
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND wait_event = 'PgSleep'",
-            (statement + "%",),
-        )
-        row = await cur.fetchone()
-        return bool(row and row[0])
-
-
 async def test_an_alias_another_writer_still_mentions_survives_its_removal(
     deps: IndexerDeps, settings: Settings
 ) -> None:
     assert await handle_record(deps, record(PARIS_V1, key=b"al-x")) == "applied"
     dsn = hold_evidence_of(settings, "al-y")
-    other = asyncio.create_task(handle_record(deps, record(PARIS_OTHER, key=b"al-y")))
-    for _ in range(200):
-        if await sleeping_on(dsn, "INSERT INTO relationship_evidence"):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the other document's transaction never reached its held insert")
-    # The first document stops naming Paris while the other's mention is uncommitted.
-    assert await handle_record(deps, record(PARIS_V2, key=b"al-x")) == "applied"
-    assert await other == "applied"
+    async with holding(dsn) as hold:
+        other = asyncio.create_task(handle_record(deps, record(PARIS_OTHER, key=b"al-y")))
+        what = "the other document's transaction never reached its held insert"
+        await poll(lambda: held_pid(hold), what)
+        # The first document stops naming Paris while the other's mention is uncommitted.
+        assert await handle_record(deps, record(PARIS_V2, key=b"al-x")) == "applied"
+        await release(hold)
+        assert await other == "applied"
 
     mentioned = await rows(
         deps,

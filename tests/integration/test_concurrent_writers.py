@@ -10,6 +10,7 @@ doc_id). The corpus is test_graph_properties' hand-written, order-independent on
 from __future__ import annotations
 
 import asyncio
+import time
 
 import psycopg
 import pytest
@@ -35,12 +36,27 @@ def _plan() -> Planner:
     return planner
 
 
-def _deadlocks(url: str) -> int:
+async def _deadlocks(url: str) -> int:
+    """The database's deadlock count once no other client is connected to it. A backend
+    flushes its statistics as it exits, before it leaves pg_stat_activity (PostgreSQL 15+:
+    pgstat's before_shmem_exit hook runs before the backend status' on_shmem_exit one)."""
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 60
+        while True:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'"
+            )
+            row = await cur.fetchone()
+            if row is None or row[0] == 0:
+                break
+            assert time.monotonic() < deadline, "the writers' connections never closed"
+            await asyncio.sleep(0.05)
+        cur = await conn.execute(
             "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
-        ).fetchone()
+        )
+        row = await cur.fetchone()
         return int(row[0]) if row else 0
 
 
@@ -58,14 +74,13 @@ async def test_concurrent_writers_build_the_serial_graph(env: Env) -> None:
     for _ in range(ROUNDS):
         url = create_database(env.server_url)
         try:
-            before = _deadlocks(url)
+            before = await _deadlocks(url)
             outcomes = await asyncio.gather(
                 *(env.build(url, [planner.sent[i] for i in s], batch_size=2) for s in streams)
             )
             for stream, got in zip(streams, outcomes, strict=True):
                 assert got == [planner.expected[i] for i in stream]
-            await asyncio.sleep(1.1)  # backends report their statistics at most once a second
-            assert _deadlocks(url) == before
+            assert await _deadlocks(url) == before  # env.build closed the writers' engines
             graph = canonical_graph(url)
             assert graph == want, graph_diff(graph, want)
         finally:

@@ -6,7 +6,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from services.core.db.engine import make_engine
 from services.core.dead_letters import list_dead_letters, replay_dead_letters
@@ -15,6 +14,7 @@ from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
 from tests.support.cli import kgstream
 from tests.support.faults import add_fault_trigger
+from tests.support.records import records_on
 
 pytestmark = pytest.mark.integration
 
@@ -47,30 +47,15 @@ async def test_list_and_replay(deps: IndexerDeps, settings: Settings) -> None:
     replayed = kgstream(settings, "dlq", "replay", "--id", str(letter["id"]))
     assert replayed.returncode == 0, replayed.stderr
     assert "replayed 1 dead letter(s)" in replayed.stdout
-    consumer = KafkaConsumer(
-        bootstrap_servers=str(settings.kafka_bootstrap_servers), consumer_timeout_ms=5000
-    )
-    parts = [TopicPartition(settings.documents_topic, p) for p in (0, 1)]
-    consumer.assign(parts)
-    consumer.seek_to_beginning()
-    values = [m.value for m in consumer]
-    consumer.close()
-    assert values == [raw]
+    assert topic_values(settings) == [raw]
     after = json.loads(kgstream(settings, "dlq", "list", "--json").stdout)
     assert after == []
 
 
 def topic_values(settings: Settings) -> list[bytes]:
     """Every record value on the documents topic (both partitions)."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=str(settings.kafka_bootstrap_servers), consumer_timeout_ms=5000
-    )
-    try:
-        consumer.assign([TopicPartition(settings.documents_topic, p) for p in (0, 1)])
-        consumer.seek_to_beginning()
-        return [bytes(m.value) for m in consumer]
-    finally:
-        consumer.close()
+    bootstrap = str(settings.kafka_bootstrap_servers)
+    return [bytes(m.value) for m in records_on(bootstrap, settings.documents_topic, [0, 1])]
 
 
 def unreplayed(settings: Settings) -> list[dict[str, object]]:

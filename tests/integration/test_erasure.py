@@ -39,7 +39,7 @@ from tests.support.workers import Worker, start_worker, wait_ready
 
 pytestmark = pytest.mark.integration
 
-ERASURE_BOUND_S = 30.0  # generous on a loaded 2-core machine; measured ~1-2 s (docs/security.md)
+ERASURE_BOUND_S = 120.0  # a deadline, not a figure: measured ~1-2 s (docs/security.md)
 NEVER = 10**9
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 

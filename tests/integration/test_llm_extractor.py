@@ -15,7 +15,8 @@ from sqlalchemy import text
 from services.core.embedding import OpenAIEmbedder
 from services.core.errors import PermanentError, TransientError
 from services.core.llm import OpenAIExtractor, make_openai_client
-from services.core.llm.client import process_client
+from services.core.llm import extractor as llm_extractor
+from services.core.llm.client import call_with_retries, process_client
 from services.core.llm.extractor import GLEANING_PROMPT
 from services.core.llm.prompts import document
 from services.core.models import build_extractor
@@ -103,12 +104,34 @@ def test_happy_path_maps_entities_relations_and_usage(openai_stub: OpenAIStub) -
     assert result.usage.completion_tokens == count_tokens(content)
 
 
+def record_retry_delays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses the extractor's retries choose, in order (still slept)."""
+    delays: list[float] = []
+
+    def sleep(delay: float) -> None:
+        delays.append(delay)
+        time.sleep(delay)
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        return call_with_retries(*args, sleep=sleep, **kwargs)
+
+    monkeypatch.setattr(llm_extractor, "call_with_retries", recording)
+    return delays
+
+
+# The longest pause each fault may cause: Retry-After: 0, or the test extractor's backoff.
+MOST_DELAY = {"429": 0.0, "500": 0.01}
+
+
 @pytest.mark.parametrize("fault", ["429", "500"])
-def test_transient_status_then_success(openai_stub: OpenAIStub, fault: Any) -> None:
+def test_transient_status_then_success(
+    openai_stub: OpenAIStub, fault: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     openai_stub.fail_next(fault)
-    started = time.monotonic()
+    delays = record_retry_delays(monkeypatch)
     [result] = extractor(openai_stub).extract([TEXT])
-    assert time.monotonic() - started < 2  # Retry-After: 0 / tiny backoff
+    assert len(delays) == 1
+    assert 0 <= delays[0] <= MOST_DELAY[fault]
     assert_curie_graph(openai_stub, result)
     assert len(openai_stub.requests_to(CHAT)) == 2
     assert result.usage is not None
@@ -116,10 +139,12 @@ def test_transient_status_then_success(openai_stub: OpenAIStub, fault: Any) -> N
 
 
 def test_timeout_then_success(openai_stub: OpenAIStub) -> None:
+    # The stub holds the first request far longer than the client waits: the answer must come
+    # from the retry while that request is still held, not from waiting it out.
+    openai_stub.hang_s = 60
     openai_stub.fail_next("timeout")
-    started = time.monotonic()
-    [result] = extractor(openai_stub, timeout=0.5).extract([TEXT])
-    assert time.monotonic() - started < openai_stub.hang_s
+    [result] = extractor(openai_stub, timeout=2).extract([TEXT])
+    assert openai_stub.held == 1
     assert_curie_graph(openai_stub, result)
     assert len(openai_stub.requests_to(CHAT)) == 2
 
@@ -246,18 +271,25 @@ def test_output_is_normalised(openai_stub: OpenAIStub) -> None:
 
 def test_chunks_run_concurrently_within_the_bound(openai_stub: OpenAIStub) -> None:
     lock = threading.Lock()
-    state = {"now": 0, "max": 0}
+    state = {"now": 0, "max": 0, "calls": 0}
+    # The first two calls wait for each other, which only overlapping calls can do.
+    pair = threading.Barrier(2, timeout=30)
 
-    def slow(body: dict[str, Any]) -> str:
+    def overlapping(body: dict[str, Any]) -> str:
         with lock:
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
-        time.sleep(0.15)
-        with lock:
-            state["now"] -= 1
+            state["calls"] += 1
+            first_two = state["calls"] <= 2
+        try:
+            if first_two:
+                pair.wait()
+        finally:
+            with lock:
+                state["now"] -= 1
         return json.dumps(extract_graph(user_messages(body)[0]["content"]))
 
-    openai_stub.chat_handler = slow
+    openai_stub.chat_handler = overlapping
     texts = [f"Chunk Number{i} mentions Place{i}." for i in range(7)]
     results = extractor(openai_stub, concurrency=3).extract(texts)
     assert len(openai_stub.requests_to(CHAT)) == 7

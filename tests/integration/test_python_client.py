@@ -50,7 +50,10 @@ async def api(settings: Settings, infra: Infra, tmp_path: Path) -> AsyncIterator
     worker = start_worker(settings, tmp_path / "indexer.log")
     try:
         assert await asyncio.to_thread(wait_ready, [worker]), worker.output()
-        keyed = settings.model_copy(update={"auth": "required"})
+        # The after_event reads wait for publish, indexing and write: on a loaded machine that
+        # can take well past the default 3 s, and the wait is not under test.
+        waits = {"read_wait_max_s": 120.0, "query_timeout_s": 180.0}
+        keyed = settings.model_copy(update={"auth": "required", **waits})
         endpoints = Endpoints(settings.database_url, infra.bootstrap)
         with serving(create_app(keyed, endpoints), free_port()) as base:
             yield Api(base, app_key, ops_key)

@@ -51,8 +51,10 @@ SAMPLE_EVENTS = 48  # the whole sample: global mode has its communities to rank
 # Conditions below are awaited up to this long: a bound for a broken run on a loaded 2-core
 # machine, not a measure (the checks run every 0.1 s).
 WAIT_S = 60.0
-READYZ_LIMIT_S = 2.0  # the budget is 0.8 s; the rest is margin for a loaded machine
-FAST = ReadPolicy(check_s=0.1, retry_s=0.5, max_lag_s=3600.0, wait_max_s=20.0)
+# /readyz given a long budget: one that waited on a hung standby would take it whole, one that
+# does not takes a small part of it, however loaded the machine (a ratio, not a bound).
+READYZ_BUDGET_S = 30.0
+FAST = ReadPolicy(check_s=0.1, retry_s=0.5, max_lag_s=3600.0, wait_max_s=120.0)
 
 
 @dataclass
@@ -317,9 +319,10 @@ async def test_a_standby_behind_the_max_lag_is_skipped_and_reported(
     pair: Pair, make_api: Callable[..., Any], infra: Infra, paused: None
 ) -> None:
     strict = ReadPolicy(**{**FAST.__dict__, "max_lag_s": 0.5})
+    cold = {"readiness_budget_s": 30.0}  # /readyz's first check on a cold engine: not under test
     async with (
-        make_api(fallback="primary", policy=strict) as lenient,
-        make_api(fallback="unavailable", policy=strict) as refusing,
+        make_api(fallback="primary", policy=strict, **cold) as lenient,
+        make_api(fallback="unavailable", policy=strict, **cold) as refusing,
     ):
         await _on_primary(pair, "CREATE TABLE replica_lag_probe (x int)")  # WAL to replay
 
@@ -370,7 +373,7 @@ async def test_a_standby_behind_the_max_lag_is_skipped_and_reported(
 async def test_a_hung_standby_costs_readyz_nothing(
     pair: Pair, make_api: Callable[..., Any]
 ) -> None:
-    async with make_api(fallback="primary") as a:
+    async with make_api(fallback="primary", readiness_budget_s=READYZ_BUDGET_S) as a:
         await until(a.usable, "the standby to be usable")
         with frozen(postgres_pids(pair.standby)):
             await until(lambda: _errs(a), "the monitor to find the standby not answering")
@@ -378,7 +381,7 @@ async def test_a_hung_standby_costs_readyz_nothing(
             ready = await a.client.get("/readyz")
             took = time.monotonic() - started
             assert ready.status_code == 200, ready.text
-            assert took < READYZ_LIMIT_S
+            assert took / READYZ_BUDGET_S < 0.5, took
             assert "did not answer" in ready.json()["replicas"][0]["error"]
             resp = await a.query(question="Which airport is county-owned?")
             assert resp.status_code == 200, resp.text  # from the primary: not waiting on it

@@ -52,6 +52,7 @@ class OpenAIStub:
 
     embedding_dim: int = 384
     hang_s: float = 3.0  # how long a "timeout" fault holds the request
+    held: int = 0  # requests a "timeout" fault holds now (counted when taken, under _lock)
     chat_handler: ChatHandler | None = None
     requests: list[StubRequest] = field(default_factory=list)
     _faults: deque[FaultKind] = field(default_factory=deque)
@@ -109,10 +110,17 @@ class OpenAIStub:
     def _log(self, path: str, body: dict[str, Any]) -> FaultKind | None:
         with self._lock:
             self.requests.append(StubRequest(path, body, time.time()))
-            return self._faults.popleft() if self._faults else None
+            fault = self._faults.popleft() if self._faults else None
+            if fault == "timeout":
+                self.held += 1
+            return fault
 
     def _hang(self) -> None:
-        self._stopping.wait(self.hang_s)
+        try:
+            self._stopping.wait(self.hang_s)
+        finally:
+            with self._lock:
+                self.held -= 1
 
     def chat_content(self, body: dict[str, Any]) -> str:
         """The assistant content the stub answers ``body`` with."""
