@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.contracts import schema_errors
+from services.core.producer import discard
 
 Announcer = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -195,8 +196,7 @@ class KafkaAnnouncer:
             await asyncio.to_thread(future.get, self.timeout_s)
         except Exception:
             self._producer = None
-            with contextlib.suppress(Exception):
-                producer.close(timeout=0)
+            discard(producer, self.timeout_s)
             raise
 
     def close(self, timeout_s: float = 5.0) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ class PublishReport:
 
 KAFKA_DEFAULT_REQUEST_BYTES = 1_048_576  # kafka-python's max_request_size default (1 MiB)
 RECORD_HEADROOM_BYTES = 4096  # the key (doc_id: ≤ 512 chars, ≤ 2048 bytes) plus batch framing
+log = logging.getLogger(__name__)
 LOG_OVERHEAD_BYTES = 12  # offset + size prefix: Kafka's message.max.bytes default is 1 MiB + 12
 
 
@@ -73,6 +76,35 @@ def make_producer(
         max_request_size=max_request_size(settings),
         **bounds,
     )
+
+
+# kafka-python's delivery_timeout_ms default: a record not delivered by then fails, and a
+# producer that still held it can then close.
+DELIVERY_TIMEOUT_S = 120.0
+
+
+def discard(producer: KafkaProducer, wait_s: float) -> threading.Thread:
+    """Close a producer whose sends failed, without waiting for it. kafka-python's close()
+    flushes first and raises while records are pending (a broker that is gone), before it stops
+    the producer's sender thread: closed that way once, the thread kept running for good, one
+    more per broker outage. Here the close is tried again, each try waiting ``wait_s``, until
+    the pending records have expired (DELIVERY_TIMEOUT_S) and it completes; then it gives up,
+    saying so. Returns the closing thread."""
+
+    def run() -> None:
+        deadline = time.monotonic() + DELIVERY_TIMEOUT_S + 2 * wait_s
+        while True:
+            try:
+                producer.close(timeout=wait_s)
+            except KafkaError as exc:
+                if time.monotonic() < deadline:
+                    continue
+                log.warning("a discarded producer did not close: %s: %s", type(exc).__name__, exc)
+            return
+
+    closing = threading.Thread(target=run, name="kgstream-producer-discard", daemon=True)
+    closing.start()
+    return closing
 
 
 def validate_line(raw: bytes, max_bytes: int) -> tuple[dict[str, object] | None, str | None]:

@@ -31,7 +31,7 @@ from services.core.cloudevents import (
 )
 from services.core.contracts import event_problems
 from services.core.errors import TransientError
-from services.core.producer import make_producer, publish_events
+from services.core.producer import discard, make_producer, publish_events
 from services.core.settings import Settings
 
 
@@ -226,15 +226,13 @@ class DocumentPublisher:
         return sent
 
     def _drop(self, failed: KafkaProducer | None) -> None:
-        """Forget ``failed`` (unless another thread replaced it already) and close it without
-        waiting: what it still holds was answered 503."""
+        """Forget ``failed`` (unless another thread replaced it already) and close it in the
+        background: what it still holds was answered 503."""
         with self._lock:
             if failed is None or self._producer is not failed:
                 return
             self._producer = None
-            closing: KafkaProducer = failed
-        with contextlib.suppress(Exception):
-            closing.close(timeout=0)
+        discard(failed, self.timeout_s)
 
     def close(self) -> None:
         """Flush and close the producer if one was made."""
