@@ -54,14 +54,24 @@ async def release(conn: Conn) -> None:
     await conn.execute("SELECT pg_advisory_unlock(%s)", (HOLD_KEY,))
 
 
-def hold_trigger(doc_id: str, sequence: str) -> str:
-    """A trigger body: the first row of ``doc_id`` waits for the test's hold (``sequence``
-    counts that document's rows only, so no other row can use up the first)."""
-    return (
-        f"BEGIN IF NEW.doc_id = '{doc_id}' THEN"
-        f" IF nextval('{sequence}') = 1 THEN PERFORM pg_advisory_xact_lock_shared({HOLD_KEY});"
-        " END IF; END IF; RETURN NEW; END"
-    )
+def hold_first_insert(settings: Settings, table: str, doc_id: str) -> str:
+    """The first row of ``doc_id`` inserted into ``table`` waits for the test's hold, so its
+    transaction keeps what it wrote before uncommitted until the test releases it (a sequence
+    counts that document's rows only, so no other row can use up the first). The dsn."""
+    dsn = str(settings.database_url).replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SEQUENCE hold_{table}_seq")
+        conn.execute(
+            f"CREATE FUNCTION hold_{table}() RETURNS trigger LANGUAGE plpgsql AS $$"
+            f" BEGIN IF NEW.doc_id = '{doc_id}' THEN"
+            f" IF nextval('hold_{table}_seq') = 1 THEN"
+            f" PERFORM pg_advisory_xact_lock_shared({HOLD_KEY}); END IF; END IF; RETURN NEW; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER hold BEFORE INSERT ON {table}"
+            f" FOR EACH ROW EXECUTE FUNCTION hold_{table}()"
+        )
+    return dsn
 
 
 async def poll(check: Callable[[], Awaitable[T]], what: str) -> T:
@@ -95,26 +105,11 @@ async def waits_for(conn: Conn, pid: int) -> bool:
     return bool(row and row[0])
 
 
-def hold_first_transaction(settings: Settings) -> str:
-    """The first insert of a mention of doc 'ms-a' waits for the test's hold, so its
-    transaction holds its new entities uncommitted until the test releases it."""
-    dsn = str(settings.database_url).replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE SEQUENCE hold_seq")
-        conn.execute(
-            "CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$"
-            f" {hold_trigger('ms-a', 'hold_seq')} $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER hold BEFORE INSERT ON mentions FOR EACH ROW EXECUTE FUNCTION hold()"
-        )
-    return dsn
-
-
 async def test_concurrent_title_and_typed_mention_resolve_to_one_entity(
     deps: IndexerDeps, settings: Settings
 ) -> None:
-    dsn = hold_first_transaction(settings)
+    # The first mention of ms-a: its new entities stay uncommitted.
+    dsn = hold_first_insert(settings, "mentions", "ms-a")
     async with holding(dsn) as hold:
         first = asyncio.create_task(handle_record(deps, record(FIRST, key=b"ms-a")))
         pid = await poll(
@@ -160,29 +155,12 @@ PARIS_OTHER = document_event(
 )
 
 
-def hold_evidence_of(settings: Settings, doc_id: str) -> str:
-    """The first relationship evidence of ``doc_id`` waits for the test's hold on insert: its
-    transaction has written its mentions and aliases and holds them uncommitted until the test
-    releases it."""
-    dsn = str(settings.database_url).replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE SEQUENCE hold_ev_seq")
-        conn.execute(
-            "CREATE FUNCTION hold_ev() RETURNS trigger LANGUAGE plpgsql AS $$"
-            f" {hold_trigger(doc_id, 'hold_ev_seq')} $$"
-        )
-        conn.execute(
-            "CREATE TRIGGER hold_ev BEFORE INSERT ON relationship_evidence"
-            " FOR EACH ROW EXECUTE FUNCTION hold_ev()"
-        )
-    return dsn
-
-
 async def test_an_alias_another_writer_still_mentions_survives_its_removal(
     deps: IndexerDeps, settings: Settings
 ) -> None:
     assert await handle_record(deps, record(PARIS_V1, key=b"al-x")) == "applied"
-    dsn = hold_evidence_of(settings, "al-y")
+    # The first relationship evidence of al-y: its mentions and aliases are written, uncommitted.
+    dsn = hold_first_insert(settings, "relationship_evidence", "al-y")
     async with holding(dsn) as hold:
         other = asyncio.create_task(handle_record(deps, record(PARIS_OTHER, key=b"al-y")))
         what = "the other document's transaction never reached its held insert"

@@ -18,6 +18,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from services.core.settings import Settings
 from services.indexer.app import REJOIN_EXIT_CODE
+from tests.support.faults import wait_until
 from tests.support.graph import processed_count, scalar, wait_processed
 from tests.support.workers import (
     Worker,
@@ -84,7 +85,8 @@ def test_evicted_indexer_consumes_again(
         # The fetch watch reads the real consumer's positions (a private path into faust and
         # aiokafka: a moved attribute would turn it off with a warning, not silently).
         last = workers[-1]
-        assert _logged(last, "fetch watch: first sample", timeout=30), last.output()[-3000:]
+        sampled = wait_until(lambda: "fetch watch: first sample" in last.output(), 30)
+        assert sampled, last.output()[-3000:]
         assert "fetch watch: sample failed" not in last.output(), last.output()[-3000:]
     finally:
         stop_workers(workers)
@@ -128,16 +130,6 @@ def _join_and_leave(bootstrap: str, group: str, topic: str, timeout: float = 90)
         return bool(consumer.assignment())
     finally:
         consumer.close(autocommit=False)
-
-
-def _logged(worker: Worker, line: str, timeout: float) -> bool:
-    """Wait until ``worker``'s log has ``line``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if line in worker.output():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def _consumes_or_exits(worker: Worker, url: str, n: int, timeout: float) -> bool:
