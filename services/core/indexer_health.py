@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import asdict, dataclass
@@ -135,6 +136,32 @@ class OffsetReader:
                 log.info("no end offsets from %s: %s", self.bootstrap, exc)
                 self._drop()
                 return {}
+
+    def first_offset(self, topic: str, partition: int, start: int, timeout_s: float) -> int | None:
+        """The offset of the first data record at or after ``start`` (transaction markers are
+        not records), or None when none arrives within ``timeout_s`` or the broker cannot be
+        asked. Blocking; the connection's assignment is left empty."""
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            try:
+                if self._consumer is None:
+                    self._consumer = _consumer(self.bootstrap)
+                consumer = self._consumer
+                consumer.assign([tp])
+                try:
+                    consumer.seek(tp, start)
+                    deadline = time.monotonic() + timeout_s
+                    while time.monotonic() < deadline:
+                        found = consumer.poll(timeout_ms=250, max_records=1).get(tp)
+                        if found:
+                            return int(found[0].offset)
+                    return None
+                finally:
+                    consumer.assign([])
+            except Exception as exc:  # noqa: BLE001 - the caller asks again later
+                log.info("no record from %s/%d at %d: %s", topic, partition, start, exc)
+                self._drop()
+                return None
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

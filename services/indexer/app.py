@@ -30,7 +30,15 @@ from services.core.telemetry.server import OpsServer
 from services.indexer import consumer_state, fetch_wait, resume_positions, unreadable_batches
 from services.indexer.curation_apply import apply_pending
 from services.indexer.event_times import received_wall
-from services.indexer.fetch_stall import Activity, FetchStall, fetch_positions, run_fetch_watch
+from services.indexer.fetch_stall import (
+    Activity,
+    FetchStall,
+    Sample,
+    expected_offsets,
+    fetch_positions,
+    read_offsets,
+    run_fetch_watch,
+)
 from services.indexer.handlers import (
     IndexerDeps,
     PreparedBatch,
@@ -212,6 +220,12 @@ def _index_agent(
             # noack_take buffers events, not values; those of partitions held by a large
             # document go to its lane (services/indexer/lanes.py).
             activity.begin()  # until its write ends
+            generation = app.consumer_generation_id  # older events were fetched before a rebalance
+            activity.received(
+                _position(e)[1:]
+                for e in cast(Events, batch)
+                if e.message.generation_id == generation
+            )
             events = lanes.divert(cast(Events, batch))
             await lanes.room()
             records = [r for r in map(_record, events) if r is not None]
@@ -289,6 +303,8 @@ def _operations(
 
     async def assigned(_: Any, /, *args: Any, signal: Any, **__: Any) -> None:  # noqa: ARG001 - faust sends it
         membership.on_assigned(args[0])  # the signal sends the new assignment
+        # Another member may have consumed them meanwhile: expect from faust's seek instead.
+        activity.forget(p for t, p in args[0] if t == topic)
 
     async def revoked(_: Any, /, *__: Any, signal: Any, **___: Any) -> None:  # noqa: ARG001 - faust sends it
         membership.on_revoked()
@@ -327,12 +343,17 @@ def _operations(
         ends = await asyncio.to_thread(offsets.read, owned) if owned else {}
         return {p: end for (_, p), end in ends.items()}
 
-    async def fetch_sample() -> tuple[bool, bool, dict[int, int | None], dict[int, int]]:
+    async def fetch_sample() -> Sample:
         member, owned = membership.joined, {p for t, p in membership.assigned if t == topic}
         if not member or activity.busy or not owned:
-            return member, True, {}, {}  # nothing to compare: no broker round trip
+            return Sample(member, busy=True)  # nothing to compare: no broker round trip
         positions = fetch_positions(app, topic, owned)
-        return membership.joined, activity.busy, positions, await documents_ends()
+        expected = expected_offsets(activity.expected, read_offsets(app, topic, owned))
+        ends = await documents_ends()
+        return Sample(membership.joined, activity.busy, positions, ends, expected)
+
+    async def first_record(partition: int, start: int) -> int | None:
+        return await asyncio.to_thread(offsets.first_offset, topic, partition, start, 5.0)
 
     class Operations(mode.Service):
         """Started and stopped with the faust app."""
@@ -349,7 +370,9 @@ def _operations(
                 exit_for_restart(reason)
 
             self.watch = asyncio.create_task(run_watchdog(watchdog, on_overdue))
-            self.fetch_task = asyncio.create_task(run_fetch_watch(stall, fetch_sample, on_overdue))
+            self.fetch_task = asyncio.create_task(
+                run_fetch_watch(stall, fetch_sample, on_overdue, first_record)
+            )
             self.topic_task = asyncio.create_task(
                 run_watch(engine, topic_watch, settings.consumer_group, documents_ends,
                           exit_for_restart)

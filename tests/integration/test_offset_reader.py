@@ -1,6 +1,7 @@
 """OffsetReader against the embedded broker: end offsets as the broker reports them, one
 connection kept between calls, and an unreachable broker reported as "unknown" ({}) rather
-than raised, with the next call connecting again."""
+than raised, with the next call connecting again; the first record at or after an offset (what
+the fetch watch asks before it calls records skipped)."""
 
 from __future__ import annotations
 
@@ -41,10 +42,30 @@ def test_reads_end_offsets_on_one_connection(infra: Infra, topics: dict[str, str
     assert reader.read([]) == {}
 
 
+def test_first_record_at_or_after_an_offset(infra: Infra, topics: dict[str, str]) -> None:
+    topic = topics["documents"]
+    producer = KafkaProducer(bootstrap_servers=infra.bootstrap.split(","))
+    for batch in range(2):  # two batches, so an offset inside the second is asked for too
+        for i in range(3):
+            producer.send(topic, key=b"k", value=f"v{batch}{i}".encode(), partition=1)
+        producer.flush()
+    producer.close()
+    reader = OffsetReader(infra.bootstrap)
+    try:
+        assert reader.first_offset(topic, 1, 0, 10) == 0
+        assert reader.first_offset(topic, 1, 4, 10) == 4
+        assert reader.read([(topic, 1)])[(topic, 1)] >= 4  # the connection still reads ends
+        assert reader.first_offset(topic, 1, 6, 1) is None  # nothing there yet
+        assert reader.first_offset(topic, 0, 0, 1) is None  # an empty partition
+    finally:
+        reader.close()
+
+
 def test_unreachable_broker_is_unknown_not_an_error() -> None:
     reader = OffsetReader(f"127.0.0.1:{_free_port()}")
     try:
         assert reader.read([("docs", 0)]) == {}
         assert reader._consumer is None  # dropped: the next call tries again
+        assert reader.first_offset("docs", 0, 0, 1) is None
     finally:
         reader.close()

@@ -70,14 +70,14 @@ def test_evicted_indexer_consumes_again(
             )
         if not first.alive():
             # It did not consume again: a watchdog ended it, saying why, for a restart. Either
-            # it did not rejoin (membership.py), or it rejoined and fetched nothing while
-            # records waited (fetch_stall.py: seen here about once in four loaded runs).
+            # it did not rejoin (membership.py), or it rejoined and its agent got none of the
+            # records that waited (fetch_stall.py: seen here on loaded runs).
             assert first.proc.returncode == REJOIN_EXIT_CODE, first.output()[-3000:]
             out = first.output()
             assert f"indexer exiting with code {REJOIN_EXIT_CODE} to be restarted" in out, out
             assert (
                 "has not been a member of group" in out
-                or "has not fetched the records waiting" in out
+                or "has not handed the agent the records waiting" in out
             ), out
             second = start_worker(settings, tmp_path / "indexer-2.log")
             workers.append(second)

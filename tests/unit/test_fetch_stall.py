@@ -1,12 +1,19 @@
 """The indexer's fetch watch (services/indexer/fetch_stall.py) on a fake clock: a member whose
-fetch position does not move while records wait and the agent is idle is stalled past the limit;
-work, an empty partition, a moving position or leaving the group are not stalls."""
+fetch position does not move while records wait, or stands past records the agent never
+received (confirmed by the broker), and the agent is idle is stalled past the limit; work, an
+empty partition, a moving position, transaction markers or leaving the group are not stalls."""
 
 from __future__ import annotations
 
 import asyncio
 
-from services.indexer.fetch_stall import Activity, FetchStall, run_fetch_watch
+from services.indexer.fetch_stall import (
+    Activity,
+    FetchStall,
+    Sample,
+    expected_offsets,
+    run_fetch_watch,
+)
 
 
 class Clock:
@@ -121,13 +128,78 @@ def test_the_watch_hands_over_the_reason_once_and_skips_failed_samples() -> None
     samples = iter([RuntimeError("broker unreachable"), *[None] * 10])
     reasons: list[str] = []
 
-    async def sample() -> tuple[bool, bool, dict[int, int | None], dict[int, int]]:
+    async def sample() -> Sample:
         clock.now += 2
         failure = next(samples)
         if failure is not None:
             raise failure
-        return True, False, {0: 1}, {0: 2}
+        return Sample(True, False, {0: 1}, {0: 2})
 
-    asyncio.run(run_fetch_watch(stall, sample, reasons.append, interval_s=0))
+    async def never_asked(partition: int, start: int) -> int | None:
+        raise AssertionError("no suspect: records wait below the position")
+
+    asyncio.run(run_fetch_watch(stall, sample, reasons.append, never_asked, interval_s=0))
     assert len(reasons) == 1
     assert "position 1, end 2" in reasons[0]
+
+
+def test_records_skipped_past_the_agent_are_suspects_until_the_broker_confirms() -> None:
+    # The fetch position (24) moved past records the agent never got (it expects 12); the end
+    # offset (13, approximate on tansu) is below the position, so nothing "waits".
+    clock = Clock()
+    stall = FetchStall(30, clock)
+    kw = {"positions": {0: 24}, "ends": {0: 13}, "expected": {0: 12}}
+    assert _sample(stall, clock, 0, **kw) is None
+    assert _sample(stall, clock, 31, **kw) is None  # past the limit: a suspect, not yet stalled
+    [suspect] = stall.suspects
+    assert (suspect.partition, suspect.expected, suspect.position) == (0, 12, 24)
+    reason = stall.confirm(suspect, 12)  # the broker has a record at 12: never received
+    assert reason is not None
+    assert "records from 12 never reached the agent" in reason
+
+
+def test_a_transaction_marker_past_the_last_record_is_not_a_stall() -> None:
+    # The last record the agent got is 11; a commit marker at 12 moved the position to 13.
+    clock = Clock()
+    stall = FetchStall(30, clock)
+    kw = {"positions": {0: 13}, "ends": {0: 13}, "expected": {0: 12}}
+    assert _sample(stall, clock, 0, **kw) is None
+    assert _sample(stall, clock, 31, **kw) is None
+    [suspect] = stall.suspects
+    assert stall.confirm(suspect, None) is None  # no data record from 12 on
+    assert _sample(stall, clock, 20, **kw) is None  # the count started again
+    assert stall.suspects == []
+    assert _sample(stall, clock, 11, **kw) is None
+    [again] = stall.suspects  # asked again one limit later, not at every sample
+    assert stall.confirm(again, 40) is None  # a record after the position: not skipped
+    assert stall.reason is None
+
+
+def test_the_watch_asks_the_broker_about_suspects() -> None:
+    clock = Clock()
+    stall = FetchStall(3, clock)
+    reasons: list[str] = []
+    asked: list[tuple[int, int]] = []
+
+    async def sample() -> Sample:
+        clock.now += 2
+        return Sample(True, False, {0: 24, 1: 12}, {0: 13, 1: 12}, {0: 12, 1: 12})
+
+    async def first_record(partition: int, start: int) -> int | None:
+        asked.append((partition, start))
+        return start
+
+    asyncio.run(run_fetch_watch(stall, sample, reasons.append, first_record, interval_s=0))
+    assert asked == [(0, 12)]  # partition 1 is idle: it got everything
+    assert len(reasons) == 1
+    assert "partition 0: position 24, records from 12 never reached the agent" in reasons[0]
+
+
+def test_activity_expects_one_past_what_it_received_and_forgets_on_assignment() -> None:
+    activity = Activity()
+    activity.received([(0, 4), (0, 11), (1, 3), (0, 7)])
+    assert activity.expected == {0: 12, 1: 4}
+    activity.forget([0])
+    assert activity.expected == {1: 4}
+    # Unknown to the agent: one past faust's read offset (its seek target or last delivery).
+    assert expected_offsets(activity.expected, {0: 30, 1: 2, 2: None}) == {0: 31, 1: 4, 2: None}
