@@ -34,6 +34,8 @@ def table(report: dict[str, Any]) -> str:
                 f" {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['n']:>4}"
             )
     lines += hop_rank_lines(report)
+    lines += abstention_lines(report)
+    lines += baseline_lines(report)
     for mode, rep in report["modes"].items():
         cost = rep.get("overall", {})
         if cost.get("llm_calls"):
@@ -48,6 +50,58 @@ def table(report: dict[str, Any]) -> str:
         " EM / F1: SQuAD-normalised exact match and token F1; has: answer contains it"
     )
     return "\n".join(lines)
+
+
+def _groups(rep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [("overall", rep["overall"]), *rep["by_type"].items()]
+
+
+def abstention_lines(report: dict[str, Any]) -> list[str]:
+    """Per mode and question type with unanswerable questions (or abstentions): how often the
+    answer said it did not know on them, how often an abstention was right, and how often it
+    abstained on an answerable question."""
+    lines = []
+    for mode, rep in report["modes"].items():
+        if "unavailable" in rep:
+            continue
+        for kind, m in _groups(rep):
+            if not (m.get("unanswerable") or m.get("abstained")):
+                continue
+            lines.append(
+                f"{mode:<8} {kind:<11} {rate(m['abstain_recall']):>7}"
+                f" {rate(m['abstain_precision']):>9} {rate(m['abstain_wrong']):>7}"
+                f" {m['unanswerable']:>6} {m['abstained']:>9}"
+            )
+    if lines:
+        head = (
+            f"{'mode':<8} {'type':<11} {'recall':>7} {'precision':>9} {'wrong':>7}"
+            f" {'unans':>6} {'abstained':>9}"
+        )
+        lines[:0] = ["abstention (recall on unanswerable, precision, rate on answerable)", head]
+    return lines
+
+
+def baseline_lines(report: dict[str, Any]) -> list[str]:
+    """Per mode and question type with yes/no questions: the accuracy on them beside the
+    majority answer's share (what always giving that answer would score)."""
+    lines = []
+    for mode, rep in report["modes"].items():
+        if "unavailable" in rep:
+            continue
+        for kind, m in _groups(rep):
+            if not m.get("n_yes_no"):
+                continue
+            lines.append(
+                f"{mode:<8} {kind:<11} yes/no {m['yes_no_accuracy']:.3f} (n {m['n_yes_no']});"
+                f" answers EM {m['answer_em']:.3f} against the majority answer"
+                f" '{m['majority_answer']}' {m['majority_share']:.3f} (n {m['n_answerable']})"
+            )
+    return lines
+
+
+def rate(x: float | None) -> str:
+    """A rate as 0.xxx, or "-" where it has no denominator."""
+    return "-" if x is None else f"{x:.3f}"
 
 
 def hop_rank_lines(report: dict[str, Any]) -> list[str]:

@@ -1,8 +1,13 @@
 """Retrieval and answer metrics (pure): recall@2/@5/@k, all-gold@k, MRR and the last gold
 document's rank by doc_id, each hop's gold document's rank (when the question has a hop
 decomposition), answer exact match / token F1 / containment (services/eval/answer_scores.py),
-latency percentiles, and the per-mode summary the eval command prints: overall, by question
-type, by number of gold documents, by hop count, and per hop of each hop count."""
+abstention and the majority baseline (services/eval/abstention.py), latency percentiles, and
+the per-mode summary the eval command prints: overall, by question type, by number of gold
+documents, by hop count, and per hop of each hop count.
+
+Retrieval figures average over the questions that have gold documents (a "null" question has
+none: nothing can be retrieved for it); answer figures over the answerable questions with a
+reference; abstention over every question."""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.eval.answer_scores import best_over, contains, exact_match, token_f1
+from services.eval.abstention import abstention_scores, majority
+from services.eval.answer_scores import best_over, contains, exact_match, normalise, token_f1
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class QuestionResult:
     followup_tokens: int = 0  # of which the follow-up decisions' (services/query_api/multistep.py)
     hop_gold: tuple[str, ...] = ()  # each hop's gold doc_id in hop order (last: the answer's)
     num_hops: int = 0  # the question's hop count when it states one
+    unanswerable: bool = False  # the set says nothing answers it (services/eval/abstention.py)
+    abstained: bool = False  # the answer says it does not know
 
     @property
     def hops(self) -> int:
@@ -112,38 +120,51 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 
 def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
-    """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5",
-    "last_gold_rank", "answer_em", "answer_f1", "answer_contains", "llm_calls", "llm_tokens",
-    "followup_tokens"} over the results ("recall" is recall@k; LLM calls and tokens per
-    question: the cost, and the follow-ups' share of the tokens).
-    Answer metrics average over the questions that have a reference answer (0 when none has)."""
+    """{"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "n_gold", "recall_at_2",
+    "recall_at_5", "last_gold_rank", "answer_em", "answer_f1", "answer_contains", "n_answerable",
+    "majority_answer", "majority_share", "yes_no_accuracy", "n_yes_no", abstention's figures,
+    "llm_calls", "llm_tokens", "followup_tokens"} over the results ("recall" is recall@k; LLM
+    calls and tokens per question: the cost, and the follow-ups' share of the tokens).
+    Retrieval averages over the questions with gold documents, answers over the answerable ones
+    with a reference (0 when there are none)."""
     n = len(results)
 
-    def mean(xs: Iterable[float], over: int = n) -> float:
+    def mean(xs: Iterable[float], over: int) -> float:
         return round(sum(xs) / over, 4) if over else 0.0
 
     latencies = [r.latency_ms for r in results]
-    answered = [r for r in results if r.references]
+    golden = [r for r in results if r.gold]
+    g = len(golden)
+    answered = [r for r in results if r.references and not r.unanswerable]
+    yes_no = [r for r in answered if normalise(r.references[0]) in ("yes", "no")]
+    top, top_share = majority(r.references[0] for r in answered)
 
-    def answers(score: Callable[[str, str], float]) -> float:
-        return mean((best_over(score, r.answer, r.references) for r in answered), len(answered))
+    def answers(score: Callable[[str, str], float], over: Sequence[QuestionResult]) -> float:
+        return mean((best_over(score, r.answer, r.references) for r in over), len(over))
 
     return {
-        "recall": mean(recall_at(r.ranked_doc_ids, r.gold, k) for r in results),
-        "all_gold": mean(all_gold_at(r.ranked_doc_ids, r.gold, k) for r in results),
-        "mrr": mean(reciprocal_rank(r.ranked_doc_ids, r.gold) for r in results),
+        "recall": mean((recall_at(r.ranked_doc_ids, r.gold, k) for r in golden), g),
+        "all_gold": mean((all_gold_at(r.ranked_doc_ids, r.gold, k) for r in golden), g),
+        "mrr": mean((reciprocal_rank(r.ranked_doc_ids, r.gold) for r in golden), g),
         "p50_ms": round(percentile(latencies, 50), 1),
         "p99_ms": round(percentile(latencies, 99), 1),
         "n": n,
-        "recall_at_2": mean(recall_at(r.ranked_doc_ids, r.gold, 2) for r in results),
-        "recall_at_5": mean(recall_at(r.ranked_doc_ids, r.gold, 5) for r in results),
-        "last_gold_rank": mean(last_gold_rank(r.ranked_doc_ids, r.gold, k) for r in results),
-        "answer_em": answers(exact_match),
-        "answer_f1": answers(token_f1),
-        "answer_contains": answers(contains),
-        "llm_calls": mean(r.llm_calls for r in results),
-        "llm_tokens": mean(r.llm_tokens for r in results),
-        "followup_tokens": mean(r.followup_tokens for r in results),
+        "n_gold": g,
+        "recall_at_2": mean((recall_at(r.ranked_doc_ids, r.gold, 2) for r in golden), g),
+        "recall_at_5": mean((recall_at(r.ranked_doc_ids, r.gold, 5) for r in golden), g),
+        "last_gold_rank": mean((last_gold_rank(r.ranked_doc_ids, r.gold, k) for r in golden), g),
+        "answer_em": answers(exact_match, answered),
+        "answer_f1": answers(token_f1, answered),
+        "answer_contains": answers(contains, answered),
+        "n_answerable": len(answered),
+        "majority_answer": top,
+        "majority_share": top_share,
+        "yes_no_accuracy": answers(exact_match, yes_no),
+        "n_yes_no": len(yes_no),
+        **abstention_scores((r.unanswerable, r.abstained) for r in results),
+        "llm_calls": mean((r.llm_calls for r in results), n),
+        "llm_tokens": mean((r.llm_tokens for r in results), n),
+        "followup_tokens": mean((r.followup_tokens for r in results), n),
     }
 
 
@@ -165,6 +186,8 @@ def question_row(r: QuestionResult, k: int) -> dict[str, Any]:
         "answer_em": best_over(exact_match, r.answer, r.references),
         "answer_f1": round(best_over(token_f1, r.answer, r.references), 4),
         "answer_contains": best_over(contains, r.answer, r.references),
+        "unanswerable": r.unanswerable,
+        "abstained": r.abstained,
         "llm_calls": r.llm_calls,
         "llm_tokens": r.llm_tokens,
         "followup_tokens": r.followup_tokens,

@@ -28,6 +28,7 @@ from services.core.infra.postgres import EmbeddedPostgres
 from services.core.llm.client import process_client
 from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
+from services.eval.abstention import abstains, unanswerable
 from services.eval.answer_scores import references
 from services.eval.communities import ensure_snapshot
 from services.eval.metrics import QuestionResult, dedupe, mode_report, question_row
@@ -253,6 +254,8 @@ async def run_questions(
                 followup_tokens=resp.tokens.get("followup_tokens", 0),
                 hop_gold=hop_gold_ids(q),
                 num_hops=int((q.get("metadata") or {}).get("num_hops") or 0),
+                unanswerable=unanswerable(q),
+                abstained=abstains(resp.answer, bool(getattr(resp, "abstained", False))),
             )
         )
     return results

@@ -97,6 +97,17 @@ def test_mode_report_shape() -> None:
         "followup_tokens",
         "answer_f1",
         "answer_contains",
+        "n_gold",
+        "n_answerable",
+        "majority_answer",
+        "majority_share",
+        "yes_no_accuracy",
+        "n_yes_no",
+        "unanswerable",
+        "abstained",
+        "abstain_recall",
+        "abstain_precision",
+        "abstain_wrong",
     }
     assert report["overall"]["all_gold"] == pytest.approx(2 / 3, abs=1e-4)
     assert report["overall"]["mrr"] == pytest.approx((1 + 0.5 + 1 / 3) / 3, abs=1e-4)
