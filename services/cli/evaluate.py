@@ -26,11 +26,19 @@ def table(report: dict[str, Any]) -> str:
             gold = []
         rows = [("overall", rep["overall"]), *rep["by_type"].items(), *hops, *gold]
         for kind, m in rows:
+            if m.get("n_gold", m["n"]):
+                found = (
+                    f"{m['recall_at_2']:>6.3f} {m['recall_at_5']:>6.3f} {m['recall']:>6.3f}"
+                    f" {m['all_gold']:>7.3f} {m['mrr']:>6.3f} {m['last_gold_rank']:>5.2f}"
+                )
+            else:  # no gold documents (null questions): nothing to find
+                found = f"{'-':>6} {'-':>6} {'-':>6} {'-':>7} {'-':>6} {'-':>5}"
+            if m.get("n_answerable", m["n"]):
+                said = f"{m['answer_em']:>6.3f} {m['answer_f1']:>6.3f} {m['answer_contains']:>6.3f}"
+            else:  # only unanswerable questions: see the abstention block
+                said = f"{'-':>6} {'-':>6} {'-':>6}"
             lines.append(
-                f"{mode:<8} {kind:<11} {m['recall_at_2']:>6.3f} {m['recall_at_5']:>6.3f}"
-                f" {m['recall']:>6.3f} {m['all_gold']:>7.3f} {m['mrr']:>6.3f}"
-                f" {m['last_gold_rank']:>5.2f}"
-                f" {m['answer_em']:>6.3f} {m['answer_f1']:>6.3f} {m['answer_contains']:>6.3f}"
+                f"{mode:<8} {kind:<11} {found} {said}"
                 f" {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['n']:>4}"
             )
     lines += hop_rank_lines(report)

@@ -220,21 +220,40 @@ def recompute(
 @app.command()
 def query(
     question: Annotated[str, typer.Argument(help="The question.")],
+    *,
     mode: Annotated[str, typer.Option(help="auto | vector | local | global | path")] = "auto",
     k: Annotated[int, typer.Option(min=1, max=50)] = 5,
     level: Annotated[int | None, typer.Option(help="Community level (global mode).")] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="FIELD=VALUE: only documents whose metadata field has this value (repeat:"
+            " any of them for one field, all of them across fields)."
+        ),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only documents that occurred on or after this ISO date.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only documents that occurred on or before this ISO date.")
+    ] = None,
+    filters: Annotated[
+        str | None,
+        typer.Option(help="Filters as JSON, as the API takes them (docs/retrieval.md)."),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Answer a question: through the query API when it runs, else from the database."""
     from pydantic import ValidationError
 
-    from services.cli.query import run_query
+    from services.cli.query import filters_from_options, run_query
     from services.query_api.schemas import QueryRequest
 
     settings = _settings()
     try:
-        req = QueryRequest(question=question, mode=mode, k=k, level=level)
-    except ValidationError as exc:
+        scope = filters_from_options(where or [], since, until, filters)
+        req = QueryRequest(question=question, mode=mode, k=k, level=level, filters=scope)
+    except (ValidationError, ValueError) as exc:
         raise _fail(str(exc), 2) from exc
     resp, _ = run_query(settings, req)
     if json_out:

@@ -90,3 +90,43 @@ def run_query(settings: Settings, req: QueryRequest) -> tuple[QueryResponse, str
     if api_ready(settings):
         return query_via_api(settings, req), "api"
     return query_direct(settings, req), "database"
+
+
+def filters_from_options(
+    where: list[str], since: str | None, until: str | None, filters_json: str | None
+) -> dict[str, object] | None:
+    """`kgstream query`'s filter options as the request's ``filters``: ``--filters`` (a JSON
+    object) with ``--where FIELD=VALUE`` (repeated for the same field: any of them; a value
+    that reads as a JSON number or boolean is one) and ``--since`` / ``--until`` (occurred_at,
+    both days included) on top. Raises ValueError on a malformed option."""
+    import json
+
+    filters: dict[str, object] = {}
+    if filters_json:
+        loaded = json.loads(filters_json)
+        if not isinstance(loaded, dict):
+            raise ValueError("--filters takes a JSON object")
+        filters = loaded
+    metadata = dict(filters.get("metadata") or {})  # type: ignore[call-overload]
+    for clause in where:
+        field, sep, raw = clause.partition("=")
+        if not sep or not field.strip():
+            raise ValueError(f"--where takes FIELD=VALUE, not {clause!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if not isinstance(value, (int, float, bool)):
+            value = raw
+        field = field.strip()
+        if field in metadata:
+            before = metadata[field]
+            metadata[field] = [*(before if isinstance(before, list) else [before]), value]
+        else:
+            metadata[field] = value
+    if metadata:
+        filters["metadata"] = metadata
+    window = {k: v for k, v in (("gte", since), ("lte", until)) if v}
+    if window:
+        filters["occurred_at"] = {**dict(filters.get("occurred_at") or {}), **window}  # type: ignore[call-overload]
+    return filters or None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from services.core.doc_scope import DocScope
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -22,6 +24,9 @@ class Caller:
     # live document is visible to this caller in the transaction's snapshot, so its reads need
     # no per-row visibility filter. It grants nothing an admin key grants (writes, status).
     whole_corpus: bool = False
+    # Set per query from its filters (services/query_api/filters.py): the reads see only the
+    # visible documents in this scope. Narrows, never widens; the ACL rule above is unchanged.
+    scope: DocScope | None = None
 
     @classmethod
     def operator(cls) -> Caller:
@@ -30,8 +35,9 @@ class Caller:
 
     @property
     def unfiltered(self) -> bool:
-        """Reads run without the visibility filter: an admin, or a whole-corpus caller."""
-        return self.admin or self.whole_corpus
+        """Reads run without a per-document filter: an admin or a whole-corpus caller, with
+        no document scope."""
+        return (self.admin or self.whole_corpus) and self.scope is None
 
     def can_see(self, tenant: str | None, acl: Collection[str] | None) -> bool:
         """The visibility rule for one document (the SQL filters implement the same rule)."""

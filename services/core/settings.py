@@ -476,6 +476,13 @@ class Settings(BaseSettings):
     query_global_communities: int = Field(
         default=8, ge=1, le=50, description="Community summaries global mode ranks and maps."
     )
+    query_ground_metadata: bool = Field(
+        default=True,
+        description="A question that names a value of a facet of the documents' metadata (a "
+        "source, a department: services/query_api/facets.py) reads only the documents with it, "
+        "when the query has no filters of its own; read again without them when they answer "
+        "nothing.",
+    )
     query_ab_share: float = Field(
         default=0.0,
         ge=0.0,

@@ -98,6 +98,17 @@ _MEMBER_PASSAGES = Filtered.of(
 )
 
 
+# Of the communities, those with a passage in a document the read may see (with a document
+# scope: in scope), for a scoped read, whose summaries are not scoped (visibility.py).
+_WITH_PASSAGES = Filtered.of(
+    "SELECT DISTINCT cm.community_id FROM community_members cm"
+    " WHERE cm.snapshot_id = :s AND cm.community_id = ANY(:ids)",
+    "SELECT DISTINCT cm.community_id FROM community_members cm"  # noqa: S608 - DOC_VISIBLE is a constant
+    " JOIN mentions m ON m.entity_id = cm.entity_id JOIN documents d ON d.doc_id = m.doc_id"
+    " WHERE cm.snapshot_id = :s AND cm.community_id = ANY(:ids) AND " + DOC_VISIBLE,
+)
+
+
 @dataclass(frozen=True)
 class Passage:
     """A passage reached through a community's members."""
@@ -255,6 +266,13 @@ async def global_retrieve(
         vectors=vectors,
         erasures=erasures,
     )
+    notes = [] if level is None or level in available else [f"global: level {level} is empty"]
+    if caller.scope is not None and hits:  # a summary is used only where its passages are
+        values = {"s": snapshot_id, "ids": [h.id for h in hits]}
+        kept = {int(r[0]) for r in await conn.execute(*_WITH_PASSAGES.bind(caller, values))}
+        if len(kept) < len(hits):
+            notes.append(f"global: {len(hits) - len(kept)} communities have nothing in the filters")
+        hits = [h for h in hits if h.id in kept]
     ids = [h.id for h in hits]
     passages = await member_passages(conn, snapshot_id, ids, embedding, req.k, caller=caller)
     contexts = [
@@ -268,7 +286,6 @@ async def global_retrieve(
         )
         for p in passages
     ]
-    notes = [] if level is None or level in available else [f"global: level {level} is empty"]
     return Retrieval("global", contexts, communities=hits, notes=notes)
 
 

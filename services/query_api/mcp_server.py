@@ -38,6 +38,7 @@ from services.query_api.auth import (
     is_loopback,
 )
 from services.query_api.documents import DocumentRead
+from services.query_api.filters import Filters, scoped
 from services.query_api.limits import replayed
 from services.query_api.operations import Operations
 from services.query_api.problems import as_problem, problem
@@ -55,6 +56,7 @@ from services.query_api.schemas import (
     QueryRequest,
     QueryResponse,
     RequestMode,
+    error_summary,
 )
 from services.query_api.schemas import Context as Passage
 from services.query_api.schemas import (
@@ -95,6 +97,8 @@ Which tool:
   asynchronous: pass an event_id they return as after_event to search or answer to read
   your own write.
 - status (admin scope): the indexer's progress, lag and health.
+search and answer take filters on the documents' metadata (source, author, any field) and
+time (occurred_at) when the question is about some of the collection only.
 """
 
 _SEARCH_DOC = """\
@@ -152,6 +156,15 @@ EntityRef = Annotated[
 AfterEvent = Annotated[
     str | None, Field(description="An event_id from ingest_documents: wait until it is indexed.")
 ]
+FiltersArg = Annotated[
+    Filters | None,
+    Field(
+        description='Read only documents whose metadata and time match, e.g. {"metadata": '
+        '{"source": "The Verge", "year": {"gte": 2020}}, "occurred_at": {"gte": "2023-11-01"}}:'
+        " per field a value, a list (any of) or a range {gte, gt, lte, lt} of numbers or ISO"
+        " dates; occurred_at is the document's own time."
+    ),
+]
 
 
 def principal_from_request(ctx: Context) -> Principal:
@@ -185,9 +198,10 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         k: KArg = 5,
         level: LevelArg = None,
         after_event: AfterEvent = None,
+        filters: FiltersArg = None,
     ) -> SearchResult:
         principal = caller_for("search", ctx)
-        req = _request(question=question, mode=mode, k=k, level=level, after_event=after_event)
+        req = _request(**_asked(locals()))
         resp = await _run(ops.query(req, principal.caller, answer=False))
         return _of(SearchResult, resp)
 
@@ -200,9 +214,10 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         k: KArg = 5,
         level: LevelArg = None,
         after_event: AfterEvent = None,
+        filters: FiltersArg = None,
     ) -> AnswerResult:
         principal = caller_for("answer", ctx)
-        req = _request(question=question, mode=mode, k=k, level=level, after_event=after_event)
+        req = _request(**_asked(locals()))
         resp = await _run(ops.query(req, principal.caller))
         return _of(AnswerResult, resp)
 
@@ -216,9 +231,11 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         entity: EntityRef,
         ctx: Context,
         neighbours: Annotated[int, Field(ge=0, le=200, description="How many.")] = 25,
+        filters: FiltersArg = None,
     ) -> EntityDetail:
         principal = caller_for("get_entity", ctx)
-        return await _run(ops.entity_by_ref(entity, neighbours, principal.caller))
+        caller = scoped(principal.caller, filters)
+        return await _run(ops.entity_by_ref(entity, neighbours, caller))
 
     @server.tool(
         description="How two entities are connected: the k shortest paths of at most max_hops"
@@ -227,14 +244,17 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         annotations=read_only,
     )
     async def find_paths(
+        *,
         source: EntityRef,
         target: EntityRef,
         ctx: Context,
         k: Annotated[int, Field(ge=1, le=10)] = 3,
         max_hops: Annotated[int, Field(ge=1, le=MAX_HOPS)] = MAX_HOPS,
+        filters: FiltersArg = None,
     ) -> PathsResponse:
         principal = caller_for("find_paths", ctx)
-        return await _run(ops.paths(source, target, k, max_hops, principal.caller))
+        caller = scoped(principal.caller, filters)
+        return await _run(ops.paths(source, target, k, max_hops, caller))
 
     @server.tool(
         description="The communities (clusters of related entities, with a title, a summary"
@@ -301,15 +321,17 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
     return server
 
 
+def _asked(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The QueryRequest fields among a tool's arguments (search's and answer's)."""
+    names = ("question", "mode", "k", "level", "after_event", "filters")
+    return {name: arguments[name] for name in names}
+
+
 def _request(**fields: Any) -> QueryRequest:
     try:
         return QueryRequest(**fields)
     except ValidationError as exc:
-        raise ToolError(f"422 Invalid request: {_first_errors(exc)}") from None
-
-
-def _first_errors(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        raise ToolError(f"422 Invalid request: {error_summary(exc)}") from None
 
 
 def _filled(event: dict[str, Any]) -> dict[str, Any]:

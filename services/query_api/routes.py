@@ -7,9 +7,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
+from services.core.access import Caller
 from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.documents import DocumentRead
+from services.query_api.filters import Filters, scoped
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import LimitedQuery
 from services.query_api.metrics import observe_feedback
@@ -28,6 +31,7 @@ from services.query_api.schemas import (
     NoNul,
     PathsResponse,
     QueryResponse,
+    error_summary,
 )
 
 router = APIRouter()
@@ -40,6 +44,31 @@ def get_operations(request: Request) -> Operations:
 
 
 OpsDep = Annotated[Operations, Depends(get_operations)]
+
+
+def scoped_caller(
+    caller: CallerDep,
+    filters: Annotated[
+        str | None,
+        Query(
+            max_length=8000,
+            description="Filters as JSON, as POST /v1/query takes them: the graph read sees "
+            "only the documents they admit (entities through their mentions in them, "
+            "relationships through their evidence).",
+        ),
+    ] = None,
+) -> Caller:
+    """The caller, scoped by the request's ``filters`` query parameter."""
+    if filters is None:
+        return caller
+    try:
+        parsed = Filters.model_validate_json(filters)
+    except ValidationError as exc:
+        raise Problem(422, "Invalid filters", error_summary(exc)) from None
+    return scoped(caller, parsed)
+
+
+ScopedCallerDep = Annotated[Caller, Depends(scoped_caller)]
 
 
 @router.post("/v1/query", response_model=QueryResponse, tags=["query"], dependencies=[QUERY])
@@ -66,7 +95,7 @@ async def feedback(body: FeedbackRequest, request: Request) -> FeedbackResponse:
 @router.get("/v1/entities", tags=["graph"], dependencies=[QUERY])
 async def entities(
     ops: OpsDep,
-    caller: CallerDep,
+    caller: ScopedCallerDep,
     name: Annotated[
         str, NoNul, Query(min_length=1, max_length=200, description="Name to look up.")
     ],
@@ -81,7 +110,7 @@ async def entities(
 )
 async def entity(
     ops: OpsDep,
-    caller: CallerDep,
+    caller: ScopedCallerDep,
     entity_id: Annotated[int, Path(ge=1)],
     neighbours: Annotated[int, Query(ge=0, le=200)] = 25,
 ) -> EntityDetail:
@@ -93,7 +122,7 @@ async def entity(
 async def paths(
     *,
     ops: OpsDep,
-    caller: CallerDep,
+    caller: ScopedCallerDep,
     source: Annotated[str, NoNul, Query(alias="from", min_length=1, max_length=200)],
     target: Annotated[str, NoNul, Query(alias="to", min_length=1, max_length=200)],
     k: Annotated[int, Query(ge=1, le=10)] = 3,

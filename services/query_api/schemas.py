@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from services.query_api.filters import Filters
 
 Mode = Literal["vector", "local", "global", "path"]
 RequestMode = Literal["auto", "vector", "local", "global", "path"]
@@ -34,6 +36,11 @@ def _reject_control(value: str) -> str:
 # PostgreSQL text cannot hold NUL; ids (Kafka keys, event ids) hold no control characters.
 NoNul = AfterValidator(_reject_nul)
 NoControl = AfterValidator(_reject_control)
+
+
+def error_summary(exc: ValidationError) -> str:
+    """The first few validation errors, one line: ``field.path: message; ...``."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
 
 
 class QueryRequest(BaseModel):
@@ -69,6 +76,12 @@ class QueryRequest(BaseModel):
         "from an earlier answer or a kgstream.snapshots event). The read waits up to "
         "KGSTREAM_READ_WAIT_MAX_S for its database (a replica, or the primary) to have it "
         "published; 409 otherwise.",
+    )
+    filters: Filters | None = Field(
+        default=None,
+        description="Read only the documents whose metadata and occurred_at meet these "
+        "conditions, in every mode (services/query_api/filters.py; docs/retrieval.md, "
+        "Filters). They narrow what the caller may see, never widen it.",
     )
     after_event: Annotated[str, NoControl] | None = Field(
         default=None,

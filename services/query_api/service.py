@@ -19,6 +19,7 @@ import openai
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
+from services.core.doc_scope import DocScope
 from services.core.embedding import Embedder
 from services.core.erasure import WithheldCache
 from services.core.extraction import Extractor
@@ -28,6 +29,8 @@ from services.query_api import answer as answers
 from services.query_api import monitoring, router
 from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
+from services.query_api.facets import FacetCache
+from services.query_api.filters import scoped
 from services.query_api.global_mode import global_retrieve
 from services.query_api.grounding import Grounding, ground
 from services.query_api.lexical import CorpusStats, StatsCache
@@ -65,6 +68,7 @@ class QueryConfig:
     global_communities: int = 8
     local_followups: int = 0  # LLM follow-up searches after a local retrieval (0: none)
     ab_share: float = 0.0  # auto-routed queries that take the other arm's mode (monitoring.py)
+    ground_metadata: bool = True  # questions naming a facet's value read those documents
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryConfig:
@@ -88,6 +92,7 @@ class QueryConfig:
             global_communities=settings.query_global_communities,
             local_followups=settings.query_local_followups,
             ab_share=settings.query_ab_share,
+            ground_metadata=settings.query_ground_metadata,
         )
 
 
@@ -115,6 +120,7 @@ class QueryService:
     llm: ChatModel | None = None
     stats: StatsCache = field(default_factory=StatsCache)
     community_vectors: CommunityVectors = field(default_factory=CommunityVectors)
+    facets: FacetCache = field(default_factory=FacetCache)  # grounding of named sources
     withheld: WithheldCache = field(default_factory=WithheldCache)  # core/erasure.py
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
     reads: ReadRouter | None = None  # replicas or the primary (services/query_api/replicas.py)
@@ -149,20 +155,32 @@ class QueryService:
         ``answer`` the retrieval alone (no answer call: an agent's search)."""
         t0 = time.perf_counter()
         usage = Usage()
+        caller = scoped(caller, req.filters)  # every read below sees only what they admit
+        scope = caller.scope
         mode, routed_why, arm = await self._mode(req, usage)
         t_route = time.perf_counter()
         embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
-            result = await self._retrieve(
+            retrieve = functools.partial(
+                self._retrieve,
                 conn,
                 req,
                 mode=mode,
                 embedding=embedding,
                 spans=spans,
                 snapshot_id=snapshot_id,
-                caller=reader,
             )
+            grounded = None
+            if scope is None and self.config.ground_metadata:
+                grounded = (await self.facets.get(conn)).ground(req.question)
+            result = await retrieve(caller=scoped(reader, grounded))
+            if grounded is not None:
+                if result.contexts:
+                    named = (grounded.scope() or DocScope()).describe()
+                    result.notes.insert(0, f"grounded filters: {named}")
+                else:  # the named documents answer nothing: read as asked
+                    result = await retrieve(caller=reader)
             if result.mode != "global":  # the offline answer (or an LLM's fallback) reads them
                 result.mentions = await context_mentions(conn, answer_contexts(result))
         if result.mode == "local" and self.llm is not None and self.config.local_followups:
@@ -176,6 +194,8 @@ class QueryService:
         t_end = time.perf_counter()
         if routed_why:
             result.notes.insert(0, routed_why)
+        if scope is not None:
+            result.notes.insert(0, f"filters: {scope.describe()}")
         return QueryResponse(
             query_id=monitoring.query_id(result.mode, arm),
             arm=arm,

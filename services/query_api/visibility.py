@@ -4,7 +4,14 @@ entity when some mention of it is in a visible document; a relationship when som
 it is in a visible document and both ends are visible entities; a community when every document
 that contributed to it is visible. Values are always bound (``:v_tenant``, ``:v_groups``); the
 fragments are constants. Admin callers run the unfiltered statements, so the operator path
-keeps its plans."""
+keeps its plans.
+
+A query's document scope (its ``filters``: services/core/doc_scope.py) is stated in the same
+place: each read written with ``DOC_VISIBLE`` has scoped forms in which the predicate becomes
+"visible and in scope" (``DOC_MATCHES``; for an admin or whole-corpus caller, "in scope"), so
+an entity is reached through a mention in a matching document, a relationship through evidence
+in one, a passage when its document matches. Reads of communities state their own visibility
+(every contributing document visible) and are not scoped: their passages are."""
 
 from __future__ import annotations
 
@@ -26,6 +33,16 @@ DOC_VISIBLE = f"({_SAME_TENANT} AND (d.acl IS NULL OR d.acl && CAST(:v_groups AS
 # documents was planned as one who sees a handful (nested loops from `documents`, no HNSW).
 _TENANT_FORMS = {True: "d.tenant IS NULL", False: "d.tenant = CAST(:v_tenant AS text)"}
 VISIBLE_DOC_IDS = "SELECT d.doc_id FROM documents d WHERE " + DOC_VISIBLE  # noqa: S608 - DOC_VISIBLE is a constant
+# The document scope (services/core/doc_scope.py; kgstream_doc_matches: alembic 0022). Bound
+# NULLs fold away in the plans of an unbounded side.
+DOC_MATCHES = (
+    "(d.occurred_at >= coalesce(CAST(:f_from AS timestamptz), '-infinity'::timestamptz)"
+    " AND d.occurred_at < coalesce(CAST(:f_until AS timestamptz), 'infinity'::timestamptz)"
+    " AND (CAST(:f_meta AS jsonb) IS NULL"
+    " OR kgstream_doc_matches(d.metadata, CAST(:f_meta AS jsonb))))"
+)
+# Community visibility is the ACL rule alone, spelled apart so that scoping leaves it be.
+_COMMUNITY_DOC_VISIBLE = DOC_VISIBLE.replace("(d.acl IS NULL", "(d.acl IS NULL /* community */")
 
 
 def entity_visible(entity: str) -> str:
@@ -114,7 +131,11 @@ def community_visible(community: str) -> str:
     seen yet (estimated at one row) was planned as the whole snapshot's check re-run for every
     community: minutes at 300 documents (issue 18, finding 0)."""
     member = _members(community)
-    hidden = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND " + DOC_VISIBLE + ")"  # noqa: S608 - DOC_VISIBLE is a constant
+    hidden = (
+        "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND "  # noqa: S608 - a constant
+        + _COMMUNITY_DOC_VISIBLE
+        + ")"
+    )
     by_mentions = (
         "NOT EXISTS (SELECT 1 FROM community_members cm JOIN mentions m"  # noqa: S608 - constants
         f" ON m.entity_id = cm.entity_id WHERE {member} AND {hidden.format(doc='m.doc_id')}"
@@ -128,7 +149,7 @@ def community_visible(community: str) -> str:
         " JOIN relationship_evidence ev ON ev.relationship_id = r.id"
         f" WHERE {member} AND {hidden.format(doc='ev.doc_id')} OFFSET 0)"
     )
-    changed = _changed_through_unseen(member, "NOT d.deleted AND " + DOC_VISIBLE)
+    changed = _changed_through_unseen(member, "NOT d.deleted AND " + _COMMUNITY_DOC_VISIBLE)
     return f"{_has_mentions(member)} AND {by_mentions} AND {by_evidence} AND {changed}"
 
 
@@ -150,27 +171,48 @@ def params(caller: Caller) -> dict[str, object]:
 class Filtered:
     """One read in its forms: as the operator runs it, filtered for a restricted caller, and
     for a whole-corpus caller (the operator's form unless a read differs for them: community
-    summaries, which may quote a document deleted since the snapshot)."""
+    summaries, which may quote a document deleted since the snapshot); and, for a read written
+    with ``DOC_VISIBLE``, scoped to a query's documents (None: the read is not scoped)."""
 
     admin: TextClause
     untenanted: TextClause  # filtered, for a caller without a tenant
     tenanted: TextClause  # filtered, for a caller of a tenant
     whole: TextClause
+    scoped_all: TextClause | None = None  # in scope, for an admin or whole-corpus caller
+    scoped_untenanted: TextClause | None = None  # visible and in scope
+    scoped_tenanted: TextClause | None = None
 
     @classmethod
     def of(cls, admin: str, restricted: str, whole: str | None = None) -> Filtered:
         """The forms from SQL text (``restricted`` written with ``DOC_VISIBLE``)."""
+        scoped = restricted.replace(DOC_VISIBLE, f"({DOC_VISIBLE} AND {DOC_MATCHES})")
         return cls(
             text(admin),
             text(restricted.replace(_SAME_TENANT, _TENANT_FORMS[True])),
             text(restricted.replace(_SAME_TENANT, _TENANT_FORMS[False])),
             text(admin if whole is None else whole),
+            *(
+                (
+                    text(restricted.replace(DOC_VISIBLE, DOC_MATCHES)),
+                    text(scoped.replace(_SAME_TENANT, _TENANT_FORMS[True])),
+                    text(scoped.replace(_SAME_TENANT, _TENANT_FORMS[False])),
+                )
+                if DOC_VISIBLE in restricted
+                else (None, None, None)
+            ),
         )
 
     def bind(
         self, caller: Caller, values: Mapping[str, object]
     ) -> tuple[TextClause, dict[str, object]]:
         """(statement, parameters) for the caller: ``conn.execute(*stmt.bind(caller, {...}))``."""
+        scope = caller.scope
+        if scope is not None and self.scoped_all is not None:
+            if caller.admin or caller.whole_corpus:
+                return self.scoped_all, {**values, **scope.params()}
+            form = self.scoped_untenanted if caller.tenant is None else self.scoped_tenanted
+            assert form is not None  # noqa: S101 - built with scoped_all
+            return form, {**values, **params(caller), **scope.params()}
         if caller.admin:
             return self.admin, dict(values)
         if caller.whole_corpus:
@@ -226,7 +268,7 @@ async def widened(conn: AsyncConnection, caller: Caller) -> Caller:
     over the distinct tenants and ACLs of live documents), so its reads take the unfiltered
     statements and plans; otherwise, and for admins, as given. Run inside the read
     transaction, so the decision and the reads see the same documents."""
-    if caller.unfiltered:
+    if caller.admin or caller.whole_corpus:
         return caller
     values = {**params(caller), "probes": WHOLE_CORPUS_ACL_PROBES}
     if await conn.scalar(_WHOLE_CORPUS[caller.tenant is None], values):

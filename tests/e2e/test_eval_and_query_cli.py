@@ -26,6 +26,9 @@ SAMPLE = Path(__file__).resolve().parents[2] / "services" / "cli" / "sample"
 METRICS = {"recall", "all_gold", "mrr", "p50_ms", "p99_ms", "n", "recall_at_2", "recall_at_5"}
 METRICS |= {"answer_em", "answer_f1", "answer_contains", "last_gold_rank"}
 METRICS |= {"llm_calls", "llm_tokens", "followup_tokens"}
+METRICS |= {"n_gold", "n_answerable", "majority_answer", "majority_share", "yes_no_accuracy"}
+METRICS |= {"n_yes_no", "unanswerable", "abstained", "abstain_recall", "abstain_precision"}
+METRICS |= {"abstain_wrong"}
 
 
 def run_eval(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ import os
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import httpx
@@ -36,6 +37,7 @@ from services.query_api import service as service_module
 from services.query_api import vector, visibility
 from services.query_api.app import create_app
 from services.query_api.auth import get_caller
+from services.query_api.filters import Filters
 from services.query_api.llm import OpenAIChat
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
@@ -49,6 +51,12 @@ pytestmark = pytest.mark.integration
 GROUPS = ("g1", "g2", "g3")
 TENANTS = (None, "t1", "t2")
 EXAMPLES = int(os.environ.get("KGSTREAM_ACL_EXAMPLES", "30"))
+# The properties that run fewer examples (each one costs more: MCP sessions, filters).
+HALF = settings(
+    max_examples=max(EXAMPLES // 2, 5),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 MODES = ("vector", "local", "global", "path", "auto")
 Access = tuple[str | None, list[str] | None]
 OPEN: Access = (None, None)
@@ -79,11 +87,16 @@ class Corpus:
 
 @dataclass
 class Oracle:
-    """What ``caller`` may see under ``access``, from Caller.can_see over the raw rows."""
+    """What ``caller`` may see under ``access``, from Caller.can_see over the raw rows; with
+    ``admitted`` (the documents a query's filters admit, by DocScope.admits), what a filtered
+    query may read: passages, entities and relationships of visible documents in scope, while
+    communities and the answer (which may quote a community's summary) answer to visibility
+    alone (docs/retrieval.md, "Filters")."""
 
     corpus: Corpus
     caller: Caller
     access: dict[str, Access]
+    admitted: set[str] | None = None
     docs: set[str] = field(init=False)
     surfaces: dict[int, set[str]] = field(init=False)
     mention_counts: dict[int, int] = field(init=False)
@@ -94,7 +107,8 @@ class Oracle:
 
     def __post_init__(self) -> None:
         c = self.corpus
-        self.docs = {d for d in c.docs if self.caller.can_see(*self.access[d])}
+        visible = {d for d in c.docs if self.caller.can_see(*self.access[d])}
+        self.docs = visible if self.admitted is None else visible & self.admitted
         self.surfaces, self.mention_counts, self.entity_sentences = {}, {}, {}
         for entity, doc, surface, sentence in c.mentions:
             if doc in self.docs:
@@ -107,11 +121,11 @@ class Oracle:
                 for key in ((source, target, rtype), (target, source, rtype)):
                     self.rel_sentences.setdefault(key, set()).add(sentence)
         self.communities = {
-            cid for cid, docs in c.community_docs.items() if docs and docs <= self.docs
+            cid for cid, docs in c.community_docs.items() if docs and docs <= visible
         }
-        visible_text = "\n".join(t for k, t in c.chunk_text.items() if c.chunk_doc[k] in self.docs)
-        hidden = {s for _, d, _, s in c.mentions if d not in self.docs}
-        hidden |= {s for *_, d, s in c.evidence if d not in self.docs}
+        visible_text = "\n".join(t for k, t in c.chunk_text.items() if c.chunk_doc[k] in visible)
+        hidden = {s for _, d, _, s in c.mentions if d not in visible}
+        hidden |= {s for *_, d, s in c.evidence if d not in visible}
         self.hidden_sentences = {s for s in hidden if len(s) >= 20 and s not in visible_text}
 
     @property
@@ -178,6 +192,17 @@ class Env:
             await conn.execute(
                 text("UPDATE documents SET tenant = :t, acl = :a WHERE doc_id = :d"),
                 [{"d": d, "t": t, "a": a} for d, (t, a) in access.items()],
+            )
+
+    async def describe(self, described: dict[str, tuple[dict[str, Any], datetime]]) -> None:
+        """Set each document's metadata and occurred_at (what filters read, live)."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE documents SET metadata = CAST(:m AS jsonb), occurred_at = :t"
+                    " WHERE doc_id = :d"
+                ),
+                [{"d": d, "m": json.dumps(m), "t": t} for d, (m, t) in described.items()],
             )
 
     async def get(self, caller: Caller, path: str, **params: Any) -> httpx.Response:
@@ -265,6 +290,19 @@ async def env(
     await service.engine.dispose()
 
 
+def _questions(data: st.DataObject, names: st.SearchStrategy[str]) -> list[tuple[str, str]]:
+    """One or two (mode, question) pairs: a path question between two drawn entity names, or
+    a question of the sample."""
+    asked = []
+    for mode in data.draw(st.lists(st.sampled_from(MODES), min_size=1, max_size=2), "modes"):
+        if mode == "path":
+            a, b = data.draw(names, "from"), data.draw(names, "to")
+            asked.append((mode, f"What is the connection between {a} and {b}?"))
+        else:
+            asked.append((mode, data.draw(st.sampled_from(QUESTIONS), "question")))
+    return asked
+
+
 ACCESS = st.tuples(
     st.sampled_from(TENANTS),
     st.one_of(
@@ -303,12 +341,7 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
     event("visible documents: " + ("none" if not share else "all" if share == 1 else "some"))
     event(f"readable communities: {len(oracle.communities)}")
 
-    for mode in data.draw(st.lists(st.sampled_from(MODES), min_size=1, max_size=2), "modes"):
-        if mode == "path":
-            a, b = data.draw(names, "from"), data.draw(names, "to")
-            question = f"What is the connection between {a} and {b}?"
-        else:
-            question = data.draw(st.sampled_from(QUESTIONS), "question")
+    for mode, question in _questions(data, names):
         oracle.check_query(await env.ask(caller, question=question, mode=mode, k=8))
 
     found = (await env.get(caller, "/v1/entities", name=data.draw(names, "name"))).json()
@@ -352,11 +385,7 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
     oracle.check_query(resp_local.model_dump())
 
 
-@settings(
-    max_examples=max(EXAMPLES // 2, 5),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@HALF
 @given(data=st.data())
 async def test_no_leak_through_mcp(env: Env, data: st.DataObject) -> None:
     """The same oracle over the MCP tools, as a real API key of the drawn caller, through
@@ -373,6 +402,12 @@ async def test_no_leak_through_mcp(env: Env, data: st.DataObject) -> None:
         tool = data.draw(st.sampled_from(["search", "answer"]), "tool")
         found = payload(await client.call_tool(tool, {"question": question, "mode": mode}))
         oracle.check_query({**_empty_query(), **found})
+
+        # With filters: the scoped oracle (the documents' descriptions drawn here).
+        filters, admitted = await _describe_and_filter(env, data)
+        arguments = {"question": question, "mode": mode, "filters": filters}
+        found = payload(await client.call_tool(tool, arguments))
+        Oracle(corpus, caller, access, admitted).check_query({**_empty_query(), **found})
 
         entity_id = data.draw(st.sampled_from(corpus.entity_ids), "entity")
         got = await client.call_tool("get_entity", {"entity": str(entity_id), "neighbours": 50})
@@ -400,6 +435,112 @@ async def test_no_leak_through_mcp(env: Env, data: st.DataObject) -> None:
         assert document.is_error == (doc_id not in oracle.docs)
         if not document.is_error:
             oracle.no_hidden_text(payload(document)["text"])
+
+
+SOURCES = ("The Verge", "Wired", "TechCrunch")
+DAY0 = datetime(2023, 11, 20, tzinfo=UTC)
+DESCRIPTIONS = st.tuples(
+    st.fixed_dictionaries(
+        {"source": st.sampled_from(SOURCES), "rank": st.integers(0, 9)},
+        optional={"tags": st.lists(st.sampled_from(GROUPS), max_size=2, unique=True)},
+    ),
+    st.integers(0, 6 * 24).map(lambda h: DAY0 + timedelta(hours=h)),
+)
+FILTERS = st.fixed_dictionaries(
+    {},
+    optional={
+        "metadata": st.fixed_dictionaries(
+            {},
+            optional={
+                "source": st.one_of(
+                    st.sampled_from(SOURCES), st.lists(st.sampled_from(SOURCES), min_size=1)
+                ),
+                "rank": st.sampled_from([{"gte": 3}, {"lt": 5}, {"gt": 2, "lte": 7}, 4]),
+                "tags": st.sampled_from(GROUPS),
+            },
+        ),
+        "occurred_at": st.sampled_from(
+            [{"gte": "2023-11-22"}, {"lte": "2023-11-23"}, {"gt": "2023-11-21T12:00:00Z"}]
+        ),
+    },
+)
+
+
+async def _describe_and_filter(env: Env, data: st.DataObject) -> tuple[dict[str, Any], set[str]]:
+    """Draw every document's metadata and occurred_at, and a query's filters: (the filters,
+    the documents they admit by DocScope.admits)."""
+    docs = env.corpus.docs
+    described = {d: data.draw(DESCRIPTIONS, f"doc {i}") for i, d in enumerate(docs)}
+    await env.describe(described)
+    filters = data.draw(FILTERS, label="filters")
+    scope = Filters.model_validate(filters).scope()
+    admitted = {d for d, (m, t) in described.items() if scope is None or scope.admits(m, t)}
+    return filters, admitted
+
+
+@HALF
+@given(data=st.data())
+async def test_filters_narrow_and_never_widen(env: Env, data: st.DataObject) -> None:
+    """A query's filters, in every mode, for restricted callers and the operator: every
+    passage, entity, path and grounding comes from a visible document the filters admit
+    (DocScope.admits, the rule kgstream_doc_matches states in SQL); communities and answers
+    stay within what the caller may see."""
+    corpus = env.corpus
+    access, caller = data.draw(scenarios(corpus.docs), label="scenario")
+    caller = data.draw(st.sampled_from([caller, Caller.operator()]), label="caller")
+    await env.assign(access)
+    filters, admitted = await _describe_and_filter(env, data)
+    scope = Filters.model_validate(filters).scope()
+    oracle = Oracle(corpus, caller, access, admitted)
+    share = len(oracle.docs) / len(corpus.docs)
+    event("documents read: " + ("none" if not share else "all" if share == 1 else "some"))
+    names = st.sampled_from(corpus.names)
+    for mode, question in _questions(data, names):
+        got = await env.ask(caller, question=question, mode=mode, k=8, filters=filters)
+        oracle.check_query(got)
+        if scope is not None:
+            assert got["notes"][0].startswith("filters: "), got["notes"]
+
+    # The graph routes take the same filters (a JSON query parameter).
+    scoped = {"filters": json.dumps(filters)}
+    found = (await env.get(caller, "/v1/entities", name=data.draw(names, "name"), **scoped)).json()
+    for entity in found["entities"]:
+        oracle.check_summary(entity)
+    entity_id = data.draw(st.sampled_from(corpus.entity_ids), "entity")
+    resp = await env.get(caller, f"/v1/entities/{entity_id}", neighbours=50, **scoped)
+    assert resp.status_code == (200 if entity_id in oracle.surfaces else 404)
+    if resp.status_code == 200:
+        detail = resp.json()
+        oracle.check_summary(detail)
+        for n in detail["neighbours"]:
+            assert n["evidence"] in oracle.rel_sentences[(entity_id, n["id"], n["relation"])]
+    a, b = data.draw(names, "path from"), data.draw(names, "path to")
+    resp = await env.get(caller, "/v1/paths", **{"from": a, "to": b, "k": 3}, **scoped)
+    assert resp.status_code in (200, 404)
+    if resp.status_code == 200:
+        oracle.check_query({**_empty_query(), "routes": resp.json()["paths"]})
+
+
+async def test_filters_are_validated(env: Env) -> None:
+    env.box.caller = Caller.operator()
+    for bad, says in [
+        ({"metadata": {"rank": {}}}, "at least one of gte"),
+        ({"metadata": {"rank": {"gte": 1, "lt": "2023-01-01"}}}, "all numbers or all times"),
+        ({"metadata": {"published": {"gte": "Nov 24 2023"}}}, "not an ISO 8601"),
+        ({"metadata": {"a..b": 1}}, "a..b"),
+        ({"occurred_at": {"gte": 3}}, "not numbers"),
+        ({"colour": "red"}, "colour"),
+    ]:
+        resp = await env.client.post("/v1/query", json={"question": "q", "filters": bad})
+        assert resp.status_code == 422, (bad, resp.text)
+        assert says in resp.text, (bad, resp.text)
+        resp = await env.client.get(
+            "/v1/entities", params={"name": "x", "filters": json.dumps(bad)}
+        )
+        assert resp.status_code == 422, (bad, resp.text)
+        assert resp.json()["title"] == "Invalid filters", resp.text
+    resp = await env.client.get("/v1/entities", params={"name": "x", "filters": "{not json"})
+    assert resp.status_code == 422, resp.text
 
 
 def _empty_query() -> dict[str, Any]:

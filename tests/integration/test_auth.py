@@ -274,9 +274,11 @@ async def test_auto_on_loopback_serves_anonymous_callers_least_privilege(
         app.add_api_route("/test/whoami", whoami, dependencies=[QUERY])
 
         anonymous = await client.get("/test/whoami")
-        # whole_corpus is decided per read (visibility.widened), never granted by a key
+        # whole_corpus is decided per read (visibility.widened), the scope per query (its
+        # filters): never granted by a key
         assert anonymous.json() == {"tenant": None, "groups": [], "admin": False,
-                                    "key_id": None, "whole_corpus": False}  # fmt: skip
+                                    "key_id": None, "whole_corpus": False,
+                                    "scope": None}  # fmt: skip
         assert (await client.get("/v1/communities")).status_code == 200
         assert (await client.get("/docs")).status_code == 200
         assert (await client.get("/openapi.json")).status_code == 200
@@ -284,11 +286,12 @@ async def test_auto_on_loopback_serves_anonymous_callers_least_privilege(
         row, key = await create_key(engine, ["query"], tenant="acme", groups=["hr", "eng"])
         mine = await client.get("/test/whoami", headers=bearer(key))
         assert mine.json() == {"tenant": "acme", "groups": ["eng", "hr"], "admin": False,
-                               "key_id": row.id, "whole_corpus": False}  # fmt: skip
+                               "key_id": row.id, "whole_corpus": False,
+                               "scope": None}  # fmt: skip
         admin_row, admin = await create_key(engine, ["admin"], tenant="ignored")
         assert (await client.get("/test/whoami", headers=bearer(admin))).json() == {
             "tenant": None, "groups": [], "admin": True, "key_id": admin_row.id,
-            "whole_corpus": False}  # fmt: skip
+            "whole_corpus": False, "scope": None}  # fmt: skip
         assert_problem(await client.get("/test/whoami", headers=bearer("bad")), 401, ("", ""), "")
         ingest_only = (await create_key(engine, ["ingest"]))[1]
         assert_problem(

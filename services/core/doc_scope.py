@@ -1,0 +1,165 @@
+"""Which documents a read is about: the compiled form of a query's ``filters``
+(services/query_api/filters.py), carried by the :class:`~services.core.access.Caller` so that
+every read that states document visibility states the scope with it
+(services/query_api/visibility.py). A scope only narrows: a read sees the documents that are
+both visible to the caller and in scope.
+
+In SQL the scope is one predicate with three bound values (``DOC_MATCHES``): ``occurred_at`` in
+[``occurred_from``, ``occurred_until``) and the metadata conditions, a JSON array evaluated by
+``kgstream_doc_matches`` (alembic 0022, which states the conditions' shapes). :meth:`admits` is
+the same rule in Python, the oracle of the tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+Condition = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DocScope:
+    """Documents whose ``occurred_at`` is in [occurred_from, occurred_until) and whose metadata
+    meets every condition (``conditions``: the JSON text of the array, canonical)."""
+
+    conditions: str | None = None
+    occurred_from: datetime | None = None
+    occurred_until: datetime | None = None
+
+    @classmethod
+    def of(
+        cls,
+        conditions: Sequence[Condition] = (),
+        occurred_from: datetime | None = None,
+        occurred_until: datetime | None = None,
+    ) -> DocScope:
+        text = json.dumps(list(conditions), sort_keys=True, separators=(",", ":"))
+        return cls(text if conditions else None, occurred_from, occurred_until)
+
+    @property
+    def conds(self) -> list[dict[str, Any]]:
+        return [] if self.conditions is None else list(json.loads(self.conditions))
+
+    def params(self) -> dict[str, object]:
+        """The bound values of ``DOC_MATCHES``."""
+        return {
+            "f_meta": self.conditions,
+            "f_from": self.occurred_from,
+            "f_until": self.occurred_until,
+        }
+
+    def describe(self) -> str:
+        """For notes and logs: the scope in words."""
+        parts = []
+        if self.occurred_from or self.occurred_until:
+            lo = self.occurred_from.isoformat() if self.occurred_from else "-inf"
+            hi = self.occurred_until.isoformat() if self.occurred_until else "+inf"
+            parts.append(f"occurred_at in [{lo}, {hi})")
+        for c in self.conds:
+            field = ".".join(c["path"])
+            if "any" in c:
+                parts.append(f"{field} in {c['any']}")
+            if "num" in c:
+                parts.append(f"{field} {c['num']}")
+            if "from" in c or "until" in c:
+                parts.append(f"{field} in [{c.get('from', '-inf')}, {c.get('until', '+inf')})")
+        return "; ".join(parts) or "all documents"
+
+    def admits(self, metadata: Mapping[str, Any] | None, occurred_at: datetime) -> bool:
+        """The rule ``DOC_MATCHES`` states, for one document."""
+        if self.occurred_from is not None and occurred_at < self.occurred_from:
+            return False
+        if self.occurred_until is not None and occurred_at >= self.occurred_until:
+            return False
+        return all(_holds(_at(metadata or {}, c["path"]), c) for c in self.conds)
+
+
+_MISSING = object()
+
+
+def _at(metadata: Mapping[str, Any], path: Sequence[str]) -> Any:
+    value: Any = metadata
+    for key in path:
+        if isinstance(value, Mapping) and key in value:
+            value = value[key]
+        elif (
+            isinstance(value, list)
+            and key.lstrip("-").isdigit()
+            and -len(value) <= int(key) < len(value)
+        ):
+            value = value[int(key)]  # jsonb's #> reads array elements by index too
+        else:
+            return _MISSING
+    return value
+
+
+def _same(x: Any, v: Any) -> bool:
+    """jsonb equality: numbers by value (1 = 1.0), booleans are not numbers."""
+    if isinstance(x, bool) or isinstance(v, bool):
+        return isinstance(x, bool) and isinstance(v, bool) and x == v
+    if isinstance(x, (int, float)) and isinstance(v, (int, float)):
+        return Decimal(str(x)) == Decimal(str(v))
+    return bool(x == v) and type(x) is type(v)
+
+
+def _holds(x: Any, c: Condition) -> bool:
+    if x is _MISSING or x is None:
+        return False
+    checks = (
+        ("any", _any_of),
+        ("num", _in_numbers),
+        ("from", _in_times),
+        ("until", _in_times),
+    )
+    return all(check(x, c) for key, check in checks if key in c)
+
+
+def _any_of(x: Any, c: Condition) -> bool:
+    return any(
+        _same(x, v) or (isinstance(x, list) and any(_same(e, v) for e in x)) for v in c["any"]
+    )
+
+
+def _in_numbers(x: Any, c: Condition) -> bool:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    n, bounds = Decimal(str(x)), {k: Decimal(str(v)) for k, v in c["num"].items()}
+    return (
+        n >= bounds.get("gte", n)
+        and n > bounds.get("gt", n - 1)
+        and n <= bounds.get("lte", n)
+        and n < bounds.get("lt", n + 1)
+    )
+
+
+def _in_times(x: Any, c: Condition) -> bool:
+    t = parse_time(x) if isinstance(x, str) else None
+    if t is None:
+        return False
+    if "from" in c and t < datetime.fromisoformat(c["from"]):
+        return False
+    return "until" not in c or t < datetime.fromisoformat(c["until"])
+
+
+# The dates and date-times a time condition reads (alembic 0022 uses the same pattern).
+ISO_TIME = re.compile(
+    r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$"
+)
+
+
+def parse_time(value: str) -> datetime | None:
+    """An ISO 8601 date or date-time as an aware instant (no offset: UTC); None when it is
+    not one (another spelling, or no such day)."""
+    value = value.strip()
+    if not ISO_TIME.match(value):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

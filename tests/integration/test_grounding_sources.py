@@ -1,0 +1,114 @@
+"""A question that names a source reads that source's documents (services/query_api/facets.py),
+on the real database: the vocabulary read by SQL (facet fields only), the grounded filter in
+every mode with its note, visibility unchanged for a restricted caller, the read without it
+when the named documents answer nothing, and nothing grounded when the caller wrote filters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from sqlalchemy import text
+
+from services.core.access import Caller
+from services.core.db.engine import make_engine
+from services.core.embedding import OnnxMiniLmEmbedder
+from services.core.extraction import SpacyExtractor
+from services.core.settings import Settings
+from services.query_api.facets import FacetCache
+from services.query_api.schemas import QueryRequest
+from services.query_api.service import QueryService, build_query_service
+from tests.conftest import Infra
+from tests.support.query_fixtures import clone_database
+
+pytestmark = pytest.mark.integration
+SOURCES = ("The Daily Planet", "Gotham Gazette | City News", "Metropolis Weekly")
+
+
+@pytest.fixture
+async def service(
+    community_db: str,
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> AsyncIterator[tuple[QueryService, dict[str, str]]]:
+    url = clone_database(community_db, community_db.rsplit("/", 1)[1])
+    engine = make_engine(url)
+    async with engine.begin() as conn:
+        docs = [str(r[0]) for r in await conn.execute(text("SELECT doc_id FROM documents"))]
+        source = {d: SOURCES[i % len(SOURCES)] for i, d in enumerate(sorted(docs))}
+        await conn.execute(
+            text(
+                "UPDATE documents SET metadata = metadata || CAST(:m AS jsonb), acl = :a"
+                " WHERE doc_id = :d"
+            ),
+            [
+                {
+                    "d": d,
+                    "m": json.dumps({"source": s, "url": f"https://example.org/{d}"}),
+                    "a": ["red"] if i % 2 else None,  # every other document restricted
+                }
+                for i, (d, s) in enumerate(sorted(source.items()))
+            ],
+        )
+    settings = Settings(home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap)
+    yield build_query_service(settings, engine, embedder, extractor, cpu_pool), source
+    await engine.dispose()
+
+
+async def test_the_vocabulary_holds_facets_only(
+    service: tuple[QueryService, dict[str, str]],
+) -> None:
+    svc, _ = service
+    async with svc.engine.connect() as conn:
+        vocabulary = await FacetCache().get(conn)
+    assert set(vocabulary.named) == {"source"}  # url: one value per document, not a facet
+    assert vocabulary.named["source"]["Gotham Gazette"] == {"Gotham Gazette | City News"}
+
+
+@pytest.mark.parametrize("mode", ["vector", "local", "global", "auto"])
+async def test_a_named_source_is_read_alone(
+    service: tuple[QueryService, dict[str, str]], mode: str
+) -> None:
+    svc, source = service
+    question = "What does the Gotham Gazette say about the airport of the region?"
+    # (A restricted caller reads no community here: half the documents are hidden from it.)
+    for caller in (Caller.operator(), *([Caller()] if mode != "global" else [])):
+        resp = await svc.query(QueryRequest(question=question, mode=mode, k=8), caller)
+        assert resp.contexts, resp.notes
+        assert "grounded filters: source in ['Gotham Gazette | City News']" in resp.notes
+        assert {source[c.doc_id] for c in resp.contexts} == {"Gotham Gazette | City News"}
+
+
+async def test_nothing_answers_in_the_named_source_then_read_as_asked(
+    service: tuple[QueryService, dict[str, str]],
+) -> None:
+    svc, source = service
+    async with svc.engine.begin() as conn:  # The Daily Planet's documents: all restricted
+        await conn.execute(
+            text(
+                "UPDATE documents SET acl = '{red}' WHERE metadata->>'source' = 'The Daily Planet'"
+            )
+        )
+    question = "What does The Daily Planet say about Leland?"
+    resp = await svc.query(QueryRequest(question=question, mode="vector", k=5), Caller())
+    assert resp.contexts
+    assert not any(n.startswith("grounded") for n in resp.notes), resp.notes
+    assert "The Daily Planet" not in {source[c.doc_id] for c in resp.contexts}
+
+
+async def test_the_callers_filters_win(service: tuple[QueryService, dict[str, str]]) -> None:
+    svc, source = service
+    req = QueryRequest.model_validate(
+        {
+            "question": "What does the Gotham Gazette say?",
+            "mode": "vector",
+            "filters": {"metadata": {"source": "Metropolis Weekly"}},
+        }
+    )
+    resp = await svc.query(req, Caller.operator())
+    assert resp.notes[0].startswith("filters: ")
+    assert {source[c.doc_id] for c in resp.contexts} == {"Metropolis Weekly"}

@@ -1,0 +1,63 @@
+"""Grounding a question's named sources (services/query_api/facets.py): a value's forms, the
+longest match, one facet (the most values named), capitalised names only."""
+
+from __future__ import annotations
+
+from services.query_api.facets import Vocabulary, forms
+
+SOURCES = [
+    "The Verge",
+    "TechCrunch",
+    "Cnbc | World Business News Leader",
+    "FOX News - Health",
+    "FOX News - Lifestyle",
+    "The New York Times",
+    "Times of India",
+]
+VOCABULARY = Vocabulary.of(
+    [("source", s, len(SOURCES)) for s in SOURCES]
+    + [("author", a, 180) for a in ("Megan Grey", "Nell Geraets")]
+)
+
+
+def _named(question: str) -> dict[str, object] | None:
+    found = VOCABULARY.ground(question)
+    return None if found is None else dict(found.metadata)
+
+
+def test_forms_drop_taglines_sections_and_a_leading_the() -> None:
+    assert forms("Cnbc | World Business News Leader") == {
+        "Cnbc | World Business News Leader",
+        "Cnbc",
+    }
+    assert forms("FOX News - Health") == {"FOX News - Health", "FOX News"}
+    assert forms("The New York Times") == {"The New York Times", "New York Times"}
+    assert forms("technology") == set()  # not a name
+    assert forms("AI") == set()  # too short to tell
+
+
+def test_named_sources_become_any_of_one_field() -> None:
+    assert _named("Does 'The Verge' article agree with TechCrunch?") == {
+        "source": ["TechCrunch", "The Verge"]
+    }
+    assert _named("What did Cnbc report?") == {"source": ["Cnbc | World Business News Leader"]}
+    assert _named("What did FOX News say?") == {
+        "source": ["FOX News - Health", "FOX News - Lifestyle"]
+    }
+
+
+def test_a_form_inside_a_longer_one_does_not_count() -> None:
+    assert _named("In the New York Times report, ...") == {"source": ["The New York Times"]}
+    assert _named("A Times of India story") == {"source": ["Times of India"]}
+
+
+def test_case_and_word_boundaries() -> None:
+    assert _named("the verge of a breakdown") is None
+    assert _named("TechCrunchy snacks") is None
+
+
+def test_the_field_with_most_named_values_wins() -> None:
+    # A name that is an author and sources named too: the sources (two values) ground it.
+    question = "According to Megan Grey in The Verge and TechCrunch, ..."
+    assert _named(question) == {"source": ["TechCrunch", "The Verge"]}
+    assert _named("What did Megan Grey write?") == {"author": ["Megan Grey"]}
