@@ -37,7 +37,10 @@ depends_on = None
 # ISO 8601 dates and date-times only (services/core/doc_scope.py ISO_TIME, the same pattern):
 # PostgreSQL reads many other spellings ("Nov 24 2023"), which would make a filter's meaning
 # depend on the database's parser.
-ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$"
+ISO_TIME = (
+    r"^\d{4}-\d{2}-\d{2}([T ]([01]\d|2[0-3]):[0-5]\d"
+    r"(:[0-5]\d(\.\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$"
+)
 MATCHES_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION kgstream_doc_matches(meta jsonb, conds jsonb) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE AS $fn$
@@ -72,12 +75,12 @@ BEGIN
       END IF;
     END IF;
     IF c ? 'from' OR c ? 'until' THEN
-      s := btrim(x #>> '{}');
+      s := x #>> '{}';
       IF jsonb_typeof(x) <> 'string' OR s !~ '{ISO}' OR NOT kgstream_valid_time(s) THEN
         RETURN false;
       END IF;
       -- without an offset: UTC, whatever the session's time zone
-      t := CASE WHEN s ~ '(Z|[+-]\d{2}(:?\d{2})?)$' THEN s::timestamptz
+      t := CASE WHEN s ~ '[T ][0-9:.]+(Z|[+-]\d{2}(:?\d{2})?)$' THEN s::timestamptz
            ELSE s::timestamp AT TIME ZONE 'UTC' END;
       IF t < coalesce((c->>'from')::timestamptz, t)
          OR t >= coalesce((c->>'until')::timestamptz, 'infinity'::timestamptz) THEN

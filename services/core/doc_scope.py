@@ -148,15 +148,15 @@ def _in_times(x: Any, c: Condition) -> bool:
 
 # The dates and date-times a time condition reads (alembic 0022 uses the same pattern).
 ISO_TIME = re.compile(
-    r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$"
+    r"^\d{4}-\d{2}-\d{2}([T ]([01]\d|2[0-3]):[0-5]\d"
+    r"(:[0-5]\d(\.\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$"
 )
 
 
 def parse_time(value: str) -> datetime | None:
     """An ISO 8601 date or date-time as an aware instant (no offset: UTC); None when it is
     not one (another spelling, or no such day)."""
-    value = value.strip()
-    if not ISO_TIME.match(value):
+    if not ISO_TIME.match(value) or value != value.strip():
         return None
     try:
         t = datetime.fromisoformat(value)

@@ -20,12 +20,20 @@ grounded to the one facet with the most named values (ties: the facet with fewer
 values, the more facet-like), as "any of" those values: naming a source and an author does not
 require both of one document, since a name can be quoted rather than authored.
 
-The vocabulary is read from the database at most every ``ttl_s``; what is grounded only ever
-narrows the caller's own reads (visibility is unchanged), and the service reads again without
-it when nothing in the grounded documents answers (services/query_api/service.py)."""
+**Whose values.** A caller's question is grounded to the values of its own tenant's documents
+(the operator's, to every tenant's), so no tenant's documents steer or reveal another's; within
+a tenant, the note the response carries names the question's own words that were grounded, not
+the values (which may belong to documents the caller cannot see). A form that is a function
+word ("What", "Which") never names anything, whatever a document's metadata says.
+
+The vocabulary is read from the database at most every ``ttl_s`` (a failed read keeps the last
+one, or none); what is grounded only ever narrows the caller's own reads (visibility is
+unchanged), and the service reads again without it when nothing in the grounded documents
+answers (services/query_api/service.py)."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections import defaultdict
@@ -35,20 +43,27 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
+from services.query_api.answer_span import FUNCTION_WORDS
 from services.query_api.filters import MAX_VALUES, Filters
+
+log = logging.getLogger(__name__)
 
 MAX_VALUE_CHARS = 100
 MIN_FORM_CHARS = 3
 MAX_VALUES_PER_FIELD = 5000  # the most frequent; bounds the vocabulary's memory
 _SEPARATORS = re.compile(r"\s+(?:\||-|–|—|:)\s+")
+# A key a filter can name as itself: no dot (a filter reads a dot as a nested path).
+_KEY = re.compile(r"^[^.\x00-\x1f\x7f]{1,200}$")
 _CAPITAL = re.compile(r"[A-Z]")
 
 _VOCABULARY = text(
-    "WITH v AS (SELECT e.key, e.value #>> '{}' AS value, count(*) AS n FROM documents d,"
-    " jsonb_each(d.metadata) e WHERE NOT d.deleted AND jsonb_typeof(e.value) = 'string'"
-    " GROUP BY 1, 2),"
-    " f AS (SELECT key, count(*) AS distinct_values, sum(n) AS docs FROM v GROUP BY key)"
-    " SELECT v.key, v.value, v.n, f.distinct_values FROM v JOIN f USING (key)"
+    "WITH v AS (SELECT d.tenant, e.key, e.value #>> '{}' AS value, count(*) AS n"
+    " FROM documents d, jsonb_each(d.metadata) e"
+    " WHERE NOT d.deleted AND jsonb_typeof(e.value) = 'string' GROUP BY 1, 2, 3),"
+    " f AS (SELECT key, count(DISTINCT value) AS distinct_values, sum(n) AS docs FROM v"
+    "  GROUP BY key)"
+    " SELECT v.tenant, v.key, v.value, f.distinct_values FROM v JOIN f USING (key)"
     " WHERE f.distinct_values * 2 < f.docs AND length(v.value) <= :max_chars"
     " AND v.value ~ '[A-Z]'"
     " ORDER BY v.key, v.n DESC, v.value"
@@ -63,54 +78,97 @@ def forms(value: str) -> set[str]:
         out.add(head)
         if head.startswith("The "):
             out.add(head[4:])
-    return {f for f in out if len(f) >= MIN_FORM_CHARS and _CAPITAL.search(f)}
+    return {
+        f
+        for f in out
+        if len(f) >= MIN_FORM_CHARS and _CAPITAL.search(f) and f.lower() not in FUNCTION_WORDS
+    }
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """What a question was grounded to: the filter, its field, and the question's own words
+    that named its values (what the response may say)."""
+
+    filters: Filters
+    field: str
+    names: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.field} named {', '.join(repr(n) for n in self.names)}"
+
+
+Named = Mapping[str, Mapping[str, frozenset[str]]]  # field -> form -> values
 
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """Per facet field, the values each form names, and the field's number of distinct
-    values."""
+    """Per tenant (None: the untenanted documents), per facet field, the values each form
+    names; and each field's number of distinct values."""
 
-    named: Mapping[str, Mapping[str, frozenset[str]]]  # field -> form -> values
+    named: Mapping[str | None, Named]
     sizes: Mapping[str, int]
 
     @classmethod
-    def of(cls, rows: Iterable[tuple[str, str, int]]) -> Vocabulary:
-        """From (field, value, distinct values of the field) rows of facet fields."""
-        named: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    def of(cls, rows: Iterable[tuple[str | None, str, str, int]]) -> Vocabulary:
+        """From (tenant, field, value, distinct values of the field) rows of facet fields,
+        most frequent values first."""
+        named: dict[str | None, dict[str, dict[str, set[str]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(set))
+        )
         sizes: dict[str, int] = {}
-        kept: dict[str, int] = defaultdict(int)
-        for key, value, distinct in rows:
-            sizes[key] = distinct
-            if kept[key] >= MAX_VALUES_PER_FIELD:
+        kept: dict[tuple[str | None, str], int] = defaultdict(int)
+        for tenant, key, value, distinct in rows:
+            if not _KEY.match(key) or kept[tenant, key] >= MAX_VALUES_PER_FIELD:
                 continue
-            kept[key] += 1
+            sizes[key] = distinct
+            kept[tenant, key] += 1
             for form in forms(value):
-                named[key][form].add(value)
-        return cls({k: {f: frozenset(v) for f, v in by.items()} for k, by in named.items()}, sizes)
+                named[tenant][key][form].add(value)
+        return cls(
+            {
+                t: {k: {f: frozenset(v) for f, v in by.items()} for k, by in fields.items()}
+                for t, fields in named.items()
+            },
+            sizes,
+        )
 
-    def ground(self, question: str) -> Filters | None:
-        """The filter the question's named values make (None when it names none)."""
+    def visible_to(self, caller: Caller) -> Named:
+        """The values of the caller's tenant (the operator's: every tenant's)."""
+        if not caller.admin:
+            return self.named.get(caller.tenant, {})
+        merged: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for fields in self.named.values():
+            for key, by_form in fields.items():
+                for form, values in by_form.items():
+                    merged[key][form] |= values
+        return {k: {f: frozenset(v) for f, v in by.items()} for k, by in merged.items()}
+
+    def ground(self, question: str, caller: Caller) -> Grounding | None:
+        """What the question's named values make (None when it names none)."""
         best: tuple[int, int, str] | None = None
-        found: dict[str, set[str]] = {}
-        for key, by_form in self.named.items():
+        found: dict[str, tuple[set[str], set[str]]] = {}
+        for key, by_form in self.visible_to(caller).items():
             spans = [
                 (m.start(), m.end(), form)
                 for form in by_form
                 for m in re.finditer(rf"(?<!\w){re.escape(form)}(?!\w)", question)
             ]
             inside = {s for s in spans for t in spans if t != s and t[0] <= s[0] and s[1] <= t[1]}
-            values = {v for s in spans if s not in inside for v in by_form[s[2]]}
+            kept = [s for s in spans if s not in inside]
+            values = {v for s in kept for v in by_form[s[2]]}
             if not values or len(values) > MAX_VALUES:  # none, or too many to say which
                 continue
-            found[key] = values
+            found[key] = (values, {s[2] for s in kept})
             rank = (len(values), -self.sizes.get(key, 0), key)
             if best is None or rank > best:
                 best = rank
         if best is None:
             return None
         key = best[2]
-        return Filters.model_validate({"metadata": {key: sorted(found[key])}})
+        values, names = found[key]
+        filters = Filters.model_validate({"metadata": {key: sorted(values)}})
+        return Grounding(filters, key, tuple(sorted(names)))
 
 
 @dataclass
@@ -122,9 +180,18 @@ class FacetCache:
     _at: float = field(default=0.0)
 
     async def get(self, conn: AsyncConnection) -> Vocabulary:
+        """The vocabulary, read through ``conn`` when stale; a read that fails keeps the last
+        one (or none) until the next interval, and the query goes on."""
         now = time.monotonic()
         if self._value is None or now - self._at > self.ttl_s:
-            rows = await conn.execute(_VOCABULARY, {"max_chars": MAX_VALUE_CHARS})
-            self._value = Vocabulary.of((str(r[0]), str(r[1]), int(r[3])) for r in rows.all())
             self._at = now
+            try:
+                async with conn.begin_nested():
+                    rows = (await conn.execute(_VOCABULARY, {"max_chars": MAX_VALUE_CHARS})).all()
+            except Exception as exc:  # noqa: BLE001 - grounding is an aid, never a failure
+                log.warning("the metadata vocabulary was not read: %s", exc)
+                return self._value or Vocabulary({}, {})
+            self._value = Vocabulary.of(
+                (None if r[0] is None else str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows
+            )
         return self._value

@@ -36,7 +36,7 @@ from services.core.doc_scope import DocScope, parse_time
 MAX_FIELDS = 16
 MAX_VALUES = 100
 Number = Annotated[float, Field(allow_inf_nan=False)]  # JSON has no NaN or infinity
-Integer = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+Integer = int  # any size: JSON numbers, compared by value (PostgreSQL numeric)
 Scalar = Annotated[str, StringConstraints(max_length=500)] | Integer | Number | bool
 FieldPath = Annotated[
     str,
@@ -57,12 +57,19 @@ class Range(BaseModel):
     lte: Bound | None = None
     lt: Bound | None = None
 
+    @field_validator("gte", "gt", "lte", "lt", mode="before")
+    @classmethod
+    def _not_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("a range's bounds are numbers or times, not booleans")  # noqa: TRY004 - pydantic reports ValueError as a validation error
+        return value
+
     @model_validator(mode="after")
     def _one_kind(self) -> Range:
         bounds = self.bounds()
         if not bounds:
             raise ValueError("a range needs at least one of gte, gt, lte, lt")
-        numbers = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in bounds.values()]
+        numbers = [isinstance(v, (int, float)) for v in bounds.values()]
         if any(numbers) and not all(numbers):
             raise ValueError("a range's bounds are all numbers or all times")
         if not any(numbers):
@@ -100,6 +107,12 @@ class Range(BaseModel):
             else:
                 ends.append(start)
         return (max(starts) if starts else None), (min(ends) if ends else None)
+
+
+def _utc(t: datetime) -> str:
+    """An instant in UTC, as PostgreSQL reads it whatever the offset it was written with
+    (Python takes offsets to 23:59, PostgreSQL to 15:59)."""
+    return t.astimezone(UTC).isoformat()
 
 
 def _instant(value: str) -> tuple[datetime, datetime] | None:
@@ -161,15 +174,15 @@ class Filters(BaseModel):
                     lo, hi = cond.window()
                     conds.append(
                         {"path": path}
-                        | ({"from": lo.isoformat()} if lo else {})
-                        | ({"until": hi.isoformat()} if hi else {})
+                        | ({"from": _utc(lo)} if lo else {})
+                        | ({"until": _utc(hi)} if hi else {})
                     )
             else:
                 conds.append({"path": path, "any": cond if isinstance(cond, list) else [cond]})
         lo, hi = self.occurred_at.window() if self.occurred_at else (None, None)
         if not conds and lo is None and hi is None:
             return None
-        return DocScope.of(conds, lo, hi)
+        return DocScope.of(conds, lo and lo.astimezone(UTC), hi and hi.astimezone(UTC))
 
 
 def scoped(caller: Caller, filters: Filters | None) -> Caller:

@@ -19,7 +19,6 @@ import openai
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
-from services.core.doc_scope import DocScope
 from services.core.embedding import Embedder
 from services.core.erasure import WithheldCache
 from services.core.extraction import Extractor
@@ -173,12 +172,14 @@ class QueryService:
             )
             grounded = None
             if scope is None and self.config.ground_metadata:
-                grounded = (await self.facets.get(conn)).ground(req.question)
-            result = await retrieve(caller=scoped(reader, grounded))
+                grounded = (await self.facets.get(conn)).ground(req.question, reader)
+            result = await retrieve(
+                caller=scoped(reader, grounded.filters if grounded is not None else None)
+            )
             if grounded is not None:
-                if result.contexts:
-                    named = (grounded.scope() or DocScope()).describe()
-                    result.notes.insert(0, f"grounded filters: {named}")
+                if result.contexts:  # the question's words, not the values (docs/retrieval.md)
+                    result.notes.insert(0, f"grounded filters: {grounded.describe()}")
+                    caller = scoped(caller, grounded.filters)  # the follow-ups read the same
                 else:  # the named documents answer nothing: read as asked
                     result = await retrieve(caller=reader)
             if result.mode != "global":  # the offline answer (or an LLM's fallback) reads them

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from services.core.db.engine import make_engine
+from services.core.doc_scope import ISO_TIME
 from services.query_api.filters import Filters
 from services.query_api.visibility import DOC_MATCHES
 
@@ -146,6 +147,7 @@ async def test_the_postgresql_15_time_check_reads_as_the_16_one(database_url: st
     assert spec.loader is not None
     migration = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(migration)
+    assert ISO_TIME.pattern == migration.ISO_TIME  # the two sides read the same spellings
     engine = make_engine(database_url)
     samples = ["2023-11-24", "2023-02-30", "2023-11-24T25:00", "2023-11-24T10:00:00+02:00", "x"]
     try:
@@ -158,5 +160,26 @@ async def test_the_postgresql_15_time_check_reads_as_the_16_one(database_url: st
                 want = await conn.scalar(text("SELECT kgstream_valid_time(:s)"), {"s": s})
                 assert got == want, s
             await conn.execute(text("DROP FUNCTION pg15_valid_time(text)"))
+    finally:
+        await engine.dispose()
+
+
+async def test_times_read_alike_in_any_session_time_zone(database_url: str) -> None:
+    """A date or a time without an offset is UTC whatever the session's time zone; a bound
+    with an offset PostgreSQL would refuse (+16:00) is sent in UTC."""
+    scope = Filters.model_validate(
+        {"metadata": {"p": {"gte": "2023-11-24T10:00+16:00", "lt": "2023-11-24T04:00:00Z"}}}
+    ).scope()
+    assert scope is not None
+    samples = ["2023-11-24", "2023-11-23T18:00", "2023-11-24T03:59:59Z", "2023-11-23 17:59"]
+    engine = make_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            for zone in ("UTC", "America/New_York", "Asia/Kolkata"):
+                await conn.execute(text(f"SET TimeZone = '{zone}'"))
+                for value in samples:
+                    values = {"m": json.dumps({"p": value}), "t": DAY0, **scope.params()}
+                    in_sql = bool(await conn.scalar(_JUDGE, values))
+                    assert in_sql == scope.admits({"p": value}, DAY0), (zone, value)
     finally:
         await engine.dispose()

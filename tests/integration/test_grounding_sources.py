@@ -65,8 +65,9 @@ async def test_the_vocabulary_holds_facets_only(
     svc, _ = service
     async with svc.engine.connect() as conn:
         vocabulary = await FacetCache().get(conn)
-    assert set(vocabulary.named) == {"source"}  # url: one value per document, not a facet
-    assert vocabulary.named["source"]["Gotham Gazette"] == {"Gotham Gazette | City News"}
+    named = vocabulary.visible_to(Caller())
+    assert set(named) == {"source"}  # url: one value per document, not a facet
+    assert named["source"]["Gotham Gazette"] == {"Gotham Gazette | City News"}
 
 
 @pytest.mark.parametrize("mode", ["vector", "local", "global", "auto"])
@@ -79,7 +80,7 @@ async def test_a_named_source_is_read_alone(
     for caller in (Caller.operator(), *([Caller()] if mode != "global" else [])):
         resp = await svc.query(QueryRequest(question=question, mode=mode, k=8), caller)
         assert resp.contexts, resp.notes
-        assert "grounded filters: source in ['Gotham Gazette | City News']" in resp.notes
+        assert "grounded filters: source named 'Gotham Gazette'" in resp.notes
         assert {source[c.doc_id] for c in resp.contexts} == {"Gotham Gazette | City News"}
 
 

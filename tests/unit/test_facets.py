@@ -1,8 +1,10 @@
 """Grounding a question's named sources (services/query_api/facets.py): a value's forms, the
-longest match, one facet (the most values named), capitalised names only."""
+longest match, one facet (the most values named), capitalised names only, never a function
+word, each tenant's values for its callers, keys a filter can name."""
 
 from __future__ import annotations
 
+from services.core.access import Caller
 from services.query_api.facets import Vocabulary, forms
 
 SOURCES = [
@@ -15,14 +17,15 @@ SOURCES = [
     "Times of India",
 ]
 VOCABULARY = Vocabulary.of(
-    [("source", s, len(SOURCES)) for s in SOURCES]
-    + [("author", a, 180) for a in ("Megan Grey", "Nell Geraets")]
+    [(None, "source", s, len(SOURCES)) for s in SOURCES]
+    + [(None, "author", a, 180) for a in ("Megan Grey", "Nell Geraets", "What")]
+    + [("t2", "source", "Kadalu Times", 9), (None, "og.site", "The Verge", 3)]
 )
 
 
-def _named(question: str) -> dict[str, object] | None:
-    found = VOCABULARY.ground(question)
-    return None if found is None else dict(found.metadata)
+def _named(question: str, caller: Caller | None = None) -> dict[str, object] | None:
+    found = VOCABULARY.ground(question, caller or Caller())
+    return None if found is None else dict(found.filters.metadata)
 
 
 def test_forms_drop_taglines_sections_and_a_leading_the() -> None:
@@ -61,3 +64,28 @@ def test_the_field_with_most_named_values_wins() -> None:
     question = "According to Megan Grey in The Verge and TechCrunch, ..."
     assert _named(question) == {"source": ["TechCrunch", "The Verge"]}
     assert _named("What did Megan Grey write?") == {"author": ["Megan Grey"]}
+
+
+def test_function_words_name_nothing() -> None:
+    assert forms("What") == set()
+    assert _named("What did Apple say?") is None  # an author called "What" steers nothing
+
+
+def test_each_tenant_grounds_to_its_own_values() -> None:
+    assert _named("What did the Kadalu Times say?") is None  # t2's value, an untenanted caller
+    assert _named("What did the Kadalu Times say?", Caller(tenant="t2")) == {
+        "source": ["Kadalu Times"]
+    }
+    assert _named("What did the Kadalu Times say?", Caller.operator()) == {
+        "source": ["Kadalu Times"]
+    }
+
+
+def test_the_note_names_the_questions_words_not_the_values() -> None:
+    found = VOCABULARY.ground("What did FOX News say?", Caller())
+    assert found is not None
+    assert found.describe() == "source named 'FOX News'"
+
+
+def test_keys_a_filter_reads_as_paths_are_left_out() -> None:
+    assert "og.site" not in VOCABULARY.visible_to(Caller())
