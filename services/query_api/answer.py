@@ -17,12 +17,14 @@ from services.query_api.schemas import CommunityHit, Context
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _TERM = re.compile(r"\w+")
 NO_ANSWER = "No indexed passage matches this question yet."
+DONT_KNOW = "I don't know"  # how an answer that abstains begins, offline and with an LLM
 CONTEXT_CHARS = 1500
 
 ANSWER_SYSTEM = with_data_rule(
     "Answer the question using only the numbered sources (document blocks; a source's number is "
     "its block's id). Cite every claim with the source number in square brackets, e.g. [1] or "
-    "[2][3]. If the sources do not contain the answer, say that they do not. Be brief."
+    f'[2][3]. If the sources do not contain the answer, begin with "{DONT_KNOW}" and say '
+    "what they lack. Be brief."
 )
 MAP_SYSTEM = with_data_rule(
     "You are given one community report from a knowledge graph (a document block). Using only "
@@ -34,6 +36,11 @@ REDUCE_SYSTEM = with_data_rule(
     "square brackets) into one answer to the question. Keep the community tags as citations. "
     "Use only these points."
 )
+
+
+def abstains(answer: str) -> bool:
+    """Whether an answer says the passages do not answer (no passage, or nothing in them)."""
+    return answer == NO_ANSWER or answer.startswith(DONT_KNOW)
 
 
 def extractive(

@@ -16,6 +16,9 @@
   number when the question says which ("first", "older", "more"), else the better-matching one.
 - yes/no questions: "yes" when each named subject's passage has every word of the predicate,
   or, for "the same ...", when their passages share an entity of that kind.
+- time-scoped questions ("from 1811 to 1827", "in 1974", "before 2010"): a span is read from
+  a sentence that holds in the scope before one that states no time, and before one whose
+  times are all outside it (services/query_api/time_scope.py).
 
 Words match on their first five letters (truncation stemming), so "directed" finds "director".
 Nothing here is a weight fitted to a dev set: the orderings are lexicographic."""
@@ -40,6 +43,7 @@ from services.query_api.answer_kind import (
     words,
 )
 from services.query_api.schemas import Context
+from services.query_api.time_scope import Scope, question_scope, sentence_times
 
 TOP_CONTEXTS = 5  # the answer reads the passages recall@5 measures
 STEM = 5  # truncation stemming: the first five letters (words shorter are kept whole)
@@ -165,6 +169,15 @@ def _scored_sentences(
     return out
 
 
+def _when(scope: Scope | None, sentence: _Sentence) -> int:
+    """0: the sentence holds in the scope (or there is none); 1: it states no time; 2: all its
+    times are outside the scope."""
+    if scope is None:
+        return 0
+    times = sentence_times(sentence.text)
+    return 1 if not times else 0 if scope.meets(times) else 2
+
+
 def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[str, str]]:
     """(text, label) of the entities, dates and numbers in a sentence; a place followed by
     ", <place>" is one place ("Columbus, Ohio"), as addresses write it."""
@@ -193,17 +206,26 @@ def _best_span(
     """The candidate of the best tier, then best sentence, nearest the question's words; none
     the question names, nor any of the ``excluded`` (normalised) names."""
     asked = f" {normalise(question)} "
+    scope = question_scope(question)
     best: tuple[tuple[float, ...], str, _Sentence] | None = None
     for sentence in scored:
         if sentence.score <= 0:
             continue
+        when = _when(scope, sentence)
         for text, label in _candidates(sentence, by_chunk.get(sentence.context.chunk_id, [])):
             tier = _tier(kind, label)
             said = normalise(text)
             if tier is None or not said or f" {said} " in asked or said in excluded:
                 continue
             # the longer of two otherwise equal spans is the more specific ("Columbus, Ohio")
-            key = (tier, -sentence.score, _distance(sentence, text), -len(text), sentence.rank)
+            key = (
+                tier,
+                when,
+                -sentence.score,
+                _distance(sentence, text),
+                -len(text),
+                sentence.rank,
+            )
             if best is None or key < best[0]:
                 best = (key, text, sentence)
     if best is None:

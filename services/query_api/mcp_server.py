@@ -113,8 +113,8 @@ entities connect; auto routes by the question."""
 _ANSWER_DOC = """\
 Answer a question from documents you may read: the search tool's retrieval plus an answer and
 its support (the sources it cites as [n] doc_id, or, offline, the sentence it was read from).
-An empty or "no answer" reply means the passages do not say: read the contexts or search
-again with another mode."""
+abstained: true (the answer begins "I don't know") means the passages do not say: read the
+contexts, or search again with another mode or other filters."""
 
 
 class SearchResult(BaseModel):
@@ -136,6 +136,7 @@ class AnswerResult(SearchResult):
 
     answer: str
     support: str = ""
+    abstained: bool = False  # the answer says the passages do not answer the question
 
 
 def _of(model: type[T], resp: QueryResponse) -> T:

@@ -134,6 +134,11 @@ class QueryResponse(BaseModel):
         description="Offline: the sentence the answer was read from, with its source. With an "
         "LLM: the sources the answer cites ([n] doc_id).",
     )
+    abstained: bool = Field(
+        default=False,
+        description="The answer says the passages do not answer the question (it begins with "
+        '"I don\'t know", or no passage matched): nothing retrieved answers it.',
+    )
     mode_used: Mode
     snapshot_id: int | None = None
     contexts: list[Context]

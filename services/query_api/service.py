@@ -203,6 +203,7 @@ class QueryService:
             path_pattern=monitoring.path_pattern(result),
             answer=text_answer,
             support=support,
+            abstained=answers.abstains(text_answer),
             mode_used=result.mode,
             snapshot_id=snapshot_id,
             contexts=result.contexts

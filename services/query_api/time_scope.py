@@ -1,0 +1,103 @@
+"""When a question asks about, and when a sentence says something held (pure; issue 31, step
+5). Years are the unit: "from Apr 1935 to Apr 1937" is 1935-1937, "in 1974" is 1974.
+
+- **The question's scope**: "from / between Y1 to / and / until Y2" is [Y1, Y2]; "in Y" is
+  [Y, Y]; "before Y" and "until Y" are [-inf, Y]; "after Y" and "since Y" are [Y, +inf]. The
+  scope's own year counts on both sides (a value that changed during Y held in Y): with years
+  as the unit, a boundary year cannot be split.
+- **A sentence's time**: a range it states ("from 1811 to 1827", "1811-1827", "between 1811
+  and 1827") is [Y1, Y2]; "since / from / after Y" is [Y, +inf] (it goes on); "until / till /
+  before / up to Y" is [Y0, Y] where Y0 is the earliest other year of the sentence, else [Y, Y]
+  (it says when something ended, not that it held for ever before); any other year is [Y, Y].
+  A sentence with several has each.
+- **Overlap**: a sentence holds in the scope when one of its times meets the scope.
+
+The offline answer reads the question's span from sentences that hold in the scope first
+(services/query_api/answer_span.py). A sentence without a year says nothing either way.
+Abstaining when the matching sentences of the top passages state times and none holds in the
+scope was tried and not kept: on timeqa-train it abstained on 23 of the 189 unanswerable
+questions and wrongly on 52 answerable ones (precision .31; docs/retrieval.md)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|Jun(?:e)?|Jul(?:y)?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+_YEAR = r"(1[0-9]{3}|20[0-9]{2})"
+# a year with what may come before it in a date: "2 March 1911", "Apr 1935", "March 2, 1911"
+_DATED = rf"(?:(?:\d{{1,2}}\s+)?{_MONTH}\s+(?:\d{{1,2}},?\s+)?)?{_YEAR}\b"
+_SPAN = re.compile(
+    rf"\b(?:from|between)\s+{_DATED}\s*(?:to|and|until|till|through|-|–|—)\s*{_DATED}",
+    re.IGNORECASE,
+)
+_DASHED = re.compile(rf"\b{_YEAR}\s*(?:-|–|—)\s*{_YEAR}\b")
+_OPEN_AFTER = re.compile(rf"\b(?:after|since|from|starting(?: in)?)\s+(?:the\s+)?{_DATED}", re.I)
+_OPEN_BEFORE = re.compile(rf"\b(?:before|until|till|up to|prior to)\s+{_DATED}", re.IGNORECASE)
+_IN = re.compile(rf"\b(?:in|during|of|on)\s+{_DATED}", re.IGNORECASE)
+_ANY = re.compile(rf"\b{_YEAR}\b")
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The years a question asks about, inclusive (infinite for an open side)."""
+
+    start: float
+    end: float
+
+    def meets(self, times: Iterable[Interval]) -> bool:
+        """Whether one of the times overlaps the scope."""
+        return any(a <= self.end and self.start <= b for a, b in times)
+
+
+def question_scope(question: str) -> Scope | None:
+    """The question's time scope, or None when it names none."""
+    if m := _SPAN.search(question):
+        a, b = int(m.group(1)), int(m.group(2))
+        return Scope(min(a, b), max(a, b))
+    if m := _OPEN_BEFORE.search(question):
+        return Scope(-math.inf, int(m.group(1)))
+    if m := _OPEN_AFTER.search(question):
+        return Scope(int(m.group(1)), math.inf)
+    if m := _IN.search(question):
+        return Scope(int(m.group(1)), int(m.group(1)))
+    return None
+
+
+def sentence_times(sentence: str) -> list[Interval]:
+    """The times a sentence states (none when it has no year)."""
+    times: list[Interval] = []
+    taken: list[tuple[int, int]] = []
+
+    def free(m: re.Match[str]) -> bool:
+        return not any(s <= m.start() < e for s, e in taken)
+
+    for pattern, shape in (
+        (_SPAN, "range"),
+        (_DASHED, "range"),
+        (_OPEN_AFTER, "after"),
+        (_OPEN_BEFORE, "before"),
+    ):
+        for m in pattern.finditer(sentence):
+            if not free(m):
+                continue
+            taken.append(m.span())
+            if shape == "range":
+                a, b = int(m.group(1)), int(m.group(2))
+                times.append((min(a, b), max(a, b)))
+            elif shape == "after":
+                times.append((int(m.group(1)), math.inf))
+            else:
+                times.append((-math.inf, int(m.group(1))))
+    for m in _ANY.finditer(sentence):
+        if free(m):
+            times.append((int(m.group(1)), int(m.group(1))))
+    earliest = min((float(y) for y in _ANY.findall(sentence)), default=math.inf)
+    return [(earliest if a == -math.inf else a, b) for a, b in times]
