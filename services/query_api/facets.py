@@ -26,22 +26,23 @@ a tenant, the note the response carries names the question's own words that were
 the values (which may belong to documents the caller cannot see). A form that is a function
 word ("What", "Which") never names anything, whatever a document's metadata says.
 
-The vocabulary is read from the database at most every ``ttl_s`` (a failed read keeps the last
-one, or none); what is grounded only ever narrows the caller's own reads (visibility is
-unchanged), and the service reads again without it when nothing in the grounded documents
-answers (services/query_api/service.py)."""
+The vocabulary is read on a process's first query, then again in the background once it is
+``ttl_s`` old (a failed read keeps the last one, or none); what is grounded only ever narrows
+the caller's own reads (visibility is unchanged), and the service reads again without it when
+nothing in the grounded documents answers (services/query_api/service.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
 from services.query_api.answer_span import FUNCTION_WORDS
@@ -173,25 +174,43 @@ class Vocabulary:
 
 @dataclass
 class FacetCache:
-    """The vocabulary, read again at most every ``ttl_s``."""
+    """The vocabulary: read on the first query of the process, in its transaction; then, once
+    it is ``ttl_s`` old, read again in the background (one read at a time, on a connection of
+    its own) while queries use the one they have."""
 
     ttl_s: float = 60.0
     _value: Vocabulary | None = None
-    _at: float = field(default=0.0)
+    _at: float | None = None  # when it was last read (or tried)
+    _refresh: asyncio.Task[None] | None = None
 
     async def get(self, conn: AsyncConnection) -> Vocabulary:
-        """The vocabulary, read through ``conn`` when stale; a read that fails keeps the last
-        one (or none) until the next interval, and the query goes on."""
+        """The vocabulary as it is now; a read that fails keeps the last one (or none) until
+        the next interval, and the query goes on."""
         now = time.monotonic()
-        if self._value is None or now - self._at > self.ttl_s:
+        stale = self._at is None or now - self._at > self.ttl_s
+        if self._value is None and stale:
             self._at = now
             try:
                 async with conn.begin_nested():
-                    rows = (await conn.execute(_VOCABULARY, {"max_chars": MAX_VALUE_CHARS})).all()
+                    await self._read(conn)
             except Exception as exc:  # noqa: BLE001 - grounding is an aid, never a failure
                 log.warning("the metadata vocabulary was not read: %s", exc)
-                return self._value or Vocabulary({}, {})
-            self._value = Vocabulary.of(
-                (None if r[0] is None else str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows
-            )
-        return self._value
+        elif stale and self._refresh is None:
+            self._at = now
+            self._refresh = asyncio.create_task(self._again(conn.engine))
+        return self._value or Vocabulary({}, {})
+
+    async def _again(self, engine: AsyncEngine) -> None:
+        try:
+            async with engine.connect() as conn:
+                await self._read(conn)
+        except Exception as exc:  # noqa: BLE001 - the last vocabulary stays
+            log.warning("the metadata vocabulary was not read again: %s", exc)
+        finally:
+            self._refresh = None
+
+    async def _read(self, conn: AsyncConnection) -> None:
+        rows = (await conn.execute(_VOCABULARY, {"max_chars": MAX_VALUE_CHARS})).all()
+        self._value = Vocabulary.of(
+            (None if r[0] is None else str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows
+        )

@@ -113,3 +113,30 @@ async def test_the_callers_filters_win(service: tuple[QueryService, dict[str, st
     resp = await svc.query(req, Caller.operator())
     assert resp.notes[0].startswith("filters: ")
     assert {source[c.doc_id] for c in resp.contexts} == {"Metropolis Weekly"}
+
+
+async def test_the_vocabulary_is_read_again_in_the_background(
+    service: tuple[QueryService, dict[str, str]],
+) -> None:
+    svc, _ = service
+    cache = FacetCache(ttl_s=0)
+    async with svc.engine.connect() as conn:
+        first = await cache.get(conn)  # the first read: in the caller's transaction
+        assert "Metropolis" not in first.visible_to(Caller())["source"]
+        await conn.commit()
+        async with svc.engine.begin() as write:
+            await write.execute(
+                text(
+                    "UPDATE documents SET metadata = jsonb_set(metadata, '{source}',"
+                    " '\"Metropolis\"') WHERE metadata->>'source' = 'Metropolis Weekly'"
+                )
+            )
+        stale = await cache.get(conn)  # answered at once with what it has
+        assert stale is first
+        refresh = cache._refresh
+        assert refresh is not None
+        await refresh  # read on a connection of its own
+        fresh = await cache.get(conn)
+        if cache._refresh is not None:  # ttl 0: the next read has started already
+            await cache._refresh
+    assert "Metropolis" in fresh.visible_to(Caller())["source"]
