@@ -56,6 +56,7 @@ _BY_EMBEDDING = Filtered.of(
     _EMBEDDING_HEAD + _EMBEDDING_ORDER,
     _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER,
     _EMBEDDING_HEAD + _SHOWN_TO_ALL + _EMBEDDING_ORDER,
+    scoped=False,
 )
 # Ids are stable across snapshots: only the published one's rows (a retired one's summary may
 # quote a deleted document).
@@ -63,7 +64,7 @@ _BY_ID_HEAD = (
     "SELECT id, level, title, summary, rating, size FROM communities co"
     " WHERE snapshot_id = :s AND id = ANY(:ids)"
 )
-_BY_ID = Filtered.of(_BY_ID_HEAD, _BY_ID_HEAD + _SHOWN, _BY_ID_HEAD + _SHOWN_TO_ALL)
+_BY_ID = Filtered.of(_BY_ID_HEAD, _BY_ID_HEAD + _SHOWN, _BY_ID_HEAD + _SHOWN_TO_ALL, scoped=False)
 _TEXT_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
@@ -74,6 +75,7 @@ _BY_TEXT = Filtered.of(
     _TEXT_HEAD + _TEXT_ORDER,
     _TEXT_HEAD + _SHOWN + _TEXT_ORDER,
     _TEXT_HEAD + _SHOWN_TO_ALL + _TEXT_ORDER,
+    scoped=False,
 )
 _LIST_HEAD = (
     "SELECT id, level, parent_id, size, title, summary, rating FROM communities co"  # noqa: S608 - _KEPT is a constant
@@ -84,6 +86,7 @@ _LIST = Filtered.of(
     _LIST_HEAD + _LIST_ORDER,
     _LIST_HEAD + _SHOWN + _LIST_ORDER,
     _LIST_HEAD + _SHOWN_TO_ALL + _LIST_ORDER,
+    scoped=False,
 )
 _QUERY_LEXEMES = text("SELECT tsvector_to_array(to_tsvector('english', :q))")
 _PASSAGES_HEAD = (

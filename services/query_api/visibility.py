@@ -10,8 +10,8 @@ A query's document scope (its ``filters``: services/core/doc_scope.py) is stated
 place: each read written with ``DOC_VISIBLE`` has scoped forms in which the predicate becomes
 "visible and in scope" (``DOC_MATCHES``; for an admin or whole-corpus caller, "in scope"), so
 an entity is reached through a mention in a matching document, a relationship through evidence
-in one, a passage when its document matches. Reads of communities state their own visibility
-(every contributing document visible) and are not scoped: their passages are."""
+in one, a passage when its document matches. Reads of communities (``scoped=False``) keep their
+own visibility (every contributing document visible): their passages are scoped."""
 
 from __future__ import annotations
 
@@ -41,8 +41,6 @@ DOC_MATCHES = (
     " AND (CAST(:f_meta AS jsonb) IS NULL"
     " OR kgstream_doc_matches(d.metadata, CAST(:f_meta AS jsonb))))"
 )
-# Community visibility is the ACL rule alone, spelled apart so that scoping leaves it be.
-_COMMUNITY_DOC_VISIBLE = DOC_VISIBLE.replace("(d.acl IS NULL", "(d.acl IS NULL /* community */")
 
 
 def entity_visible(entity: str) -> str:
@@ -131,11 +129,7 @@ def community_visible(community: str) -> str:
     seen yet (estimated at one row) was planned as the whole snapshot's check re-run for every
     community: minutes at 300 documents (issue 18, finding 0)."""
     member = _members(community)
-    hidden = (
-        "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND "  # noqa: S608 - a constant
-        + _COMMUNITY_DOC_VISIBLE
-        + ")"
-    )
+    hidden = "NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = {doc} AND " + DOC_VISIBLE + ")"  # noqa: S608 - DOC_VISIBLE is a constant
     by_mentions = (
         "NOT EXISTS (SELECT 1 FROM community_members cm JOIN mentions m"  # noqa: S608 - constants
         f" ON m.entity_id = cm.entity_id WHERE {member} AND {hidden.format(doc='m.doc_id')}"
@@ -149,7 +143,7 @@ def community_visible(community: str) -> str:
         " JOIN relationship_evidence ev ON ev.relationship_id = r.id"
         f" WHERE {member} AND {hidden.format(doc='ev.doc_id')} OFFSET 0)"
     )
-    changed = _changed_through_unseen(member, "NOT d.deleted AND " + _COMMUNITY_DOC_VISIBLE)
+    changed = _changed_through_unseen(member, "NOT d.deleted AND " + DOC_VISIBLE)
     return f"{_has_mentions(member)} AND {by_mentions} AND {by_evidence} AND {changed}"
 
 
@@ -183,9 +177,12 @@ class Filtered:
     scoped_tenanted: TextClause | None = None
 
     @classmethod
-    def of(cls, admin: str, restricted: str, whole: str | None = None) -> Filtered:
-        """The forms from SQL text (``restricted`` written with ``DOC_VISIBLE``)."""
-        scoped = restricted.replace(DOC_VISIBLE, f"({DOC_VISIBLE} AND {DOC_MATCHES})")
+    def of(
+        cls, admin: str, restricted: str, whole: str | None = None, *, scoped: bool = True
+    ) -> Filtered:
+        """The forms from SQL text (``restricted`` written with ``DOC_VISIBLE``); ``scoped``
+        False for a read a document scope leaves as it is (community summaries)."""
+        in_scope = restricted.replace(DOC_VISIBLE, f"({DOC_VISIBLE} AND {DOC_MATCHES})")
         return cls(
             text(admin),
             text(restricted.replace(_SAME_TENANT, _TENANT_FORMS[True])),
@@ -194,10 +191,10 @@ class Filtered:
             *(
                 (
                     text(restricted.replace(DOC_VISIBLE, DOC_MATCHES)),
-                    text(scoped.replace(_SAME_TENANT, _TENANT_FORMS[True])),
-                    text(scoped.replace(_SAME_TENANT, _TENANT_FORMS[False])),
+                    text(in_scope.replace(_SAME_TENANT, _TENANT_FORMS[True])),
+                    text(in_scope.replace(_SAME_TENANT, _TENANT_FORMS[False])),
                 )
-                if DOC_VISIBLE in restricted
+                if scoped and DOC_VISIBLE in restricted
                 else (None, None, None)
             ),
         )
