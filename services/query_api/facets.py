@@ -39,7 +39,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -109,6 +109,7 @@ class Vocabulary:
 
     named: Mapping[str | None, Named]
     sizes: Mapping[str, int]
+    everyone: Named = field(default_factory=dict)  # every tenant's: the operator's view
 
     @classmethod
     def of(cls, rows: Iterable[tuple[str | None, str, str, int]]) -> Vocabulary:
@@ -117,6 +118,7 @@ class Vocabulary:
         named: dict[str | None, dict[str, dict[str, set[str]]]] = defaultdict(
             lambda: defaultdict(lambda: defaultdict(set))
         )
+        merged: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         sizes: dict[str, int] = {}
         kept: dict[tuple[str | None, str], int] = defaultdict(int)
         for tenant, key, value, distinct in rows:
@@ -126,24 +128,12 @@ class Vocabulary:
             kept[tenant, key] += 1
             for form in forms(value):
                 named[tenant][key][form].add(value)
-        return cls(
-            {
-                t: {k: {f: frozenset(v) for f, v in by.items()} for k, by in fields.items()}
-                for t, fields in named.items()
-            },
-            sizes,
-        )
+                merged[key][form].add(value)
+        return cls({t: _frozen(fields) for t, fields in named.items()}, sizes, _frozen(merged))
 
     def visible_to(self, caller: Caller) -> Named:
         """The values of the caller's tenant (the operator's: every tenant's)."""
-        if not caller.admin:
-            return self.named.get(caller.tenant, {})
-        merged: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        for fields in self.named.values():
-            for key, by_form in fields.items():
-                for form, values in by_form.items():
-                    merged[key][form] |= values
-        return {k: {f: frozenset(v) for f, v in by.items()} for k, by in merged.items()}
+        return self.everyone if caller.admin else self.named.get(caller.tenant, {})
 
     def ground(self, question: str, caller: Caller) -> Grounding | None:
         """What the question's named values make (None when it names none)."""
@@ -153,6 +143,7 @@ class Vocabulary:
             spans = [
                 (m.start(), m.end(), form)
                 for form in by_form
+                if form in question  # most forms are not: no pattern for them
                 for m in re.finditer(rf"(?<!\w){re.escape(form)}(?!\w)", question)
             ]
             inside = {s for s in spans for t in spans if t != s and t[0] <= s[0] and s[1] <= t[1]}
@@ -170,6 +161,10 @@ class Vocabulary:
         values, names = found[key]
         filters = Filters.model_validate({"metadata": {key: sorted(values)}})
         return Grounding(filters, key, tuple(sorted(names)))
+
+
+def _frozen(fields: Mapping[str, Mapping[str, set[str]]]) -> Named:
+    return {k: {f: frozenset(v) for f, v in by.items()} for k, by in fields.items()}
 
 
 @dataclass
