@@ -255,7 +255,7 @@ async def run_questions(
                 hop_gold=hop_gold_ids(q),
                 num_hops=int((q.get("metadata") or {}).get("num_hops") or 0),
                 unanswerable=unanswerable(q),
-                abstained=abstains(resp.answer, bool(getattr(resp, "abstained", False))),
+                abstained=abstains(resp.answer, resp.abstained),
             )
         )
     return results

@@ -19,13 +19,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _produce(infra: Infra, topic: str, *, partition: int, batches: int) -> None:
+    """Three records per batch to one partition, each batch flushed on its own."""
+    producer = KafkaProducer(bootstrap_servers=infra.bootstrap.split(","))
+    for batch in range(batches):
+        for i in range(3):
+            producer.send(topic, key=b"k", value=f"v{batch}{i}".encode(), partition=partition)
+        producer.flush()
+    producer.close()
+
+
 def test_reads_end_offsets_on_one_connection(infra: Infra, topics: dict[str, str]) -> None:
     topic = topics["documents"]
-    producer = KafkaProducer(bootstrap_servers=infra.bootstrap.split(","))
-    for i in range(3):
-        producer.send(topic, key=b"k", value=f"v{i}".encode(), partition=0)
-    producer.flush()
-    producer.close()
+    _produce(infra, topic, partition=0, batches=1)
 
     reader = OffsetReader(infra.bootstrap)
     try:
@@ -44,12 +50,7 @@ def test_reads_end_offsets_on_one_connection(infra: Infra, topics: dict[str, str
 
 def test_first_record_at_or_after_an_offset(infra: Infra, topics: dict[str, str]) -> None:
     topic = topics["documents"]
-    producer = KafkaProducer(bootstrap_servers=infra.bootstrap.split(","))
-    for batch in range(2):  # two batches, so an offset inside the second is asked for too
-        for i in range(3):
-            producer.send(topic, key=b"k", value=f"v{batch}{i}".encode(), partition=1)
-        producer.flush()
-    producer.close()
+    _produce(infra, topic, partition=1, batches=2)  # an offset inside the second is asked too
     reader = OffsetReader(infra.bootstrap)
     try:
         assert reader.first_offset(topic, 1, 0, 10) == 0
