@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast
 from urllib.parse import quote
@@ -43,6 +43,7 @@ from services.query_api.schemas import (
     CurationOut,
     CurationsResponse,
     EntityDetail,
+    FactsResponse,
     FeedbackResponse,
     IngestAccepted,
     PathsResponse,
@@ -182,6 +183,22 @@ def paths(source: str, target: str, *, k: int = 3, max_hops: int = MAX_HOPS) -> 
     """k shortest paths between two entities, by id or name (GET /v1/paths)."""
     params = {"from": source, "to": target, "k": k, "max_hops": max_hops}
     return Call("GET", "/v1/paths", params=params, model=PathsResponse)
+
+
+def facts(
+    entity: str | None = None,
+    *,
+    at: date | str | None = None,
+    since: date | str | None = None,
+    until: date | str | None = None,
+    relation: str | None = None,
+    limit: int = 50,
+) -> Call[FactsResponse]:
+    """Time-scoped facts of an entity (by id or name) or of the graph: those that held on a
+    day (``at``) or met days [since, until] (GET /v1/facts)."""
+    given = {"entity": entity, "at": at, "from": since, "to": until, "type": relation}
+    params: dict[str, Any] = {k: str(v) for k, v in given.items() if v is not None}
+    return Call("GET", "/v1/facts", params={**params, "limit": limit}, model=FactsResponse)
 
 
 def communities(*, level: int | None = None, limit: int = 100) -> Call[CommunitiesResponse]:
@@ -339,6 +356,7 @@ class Client:
     entities = _sync(entities)
     entity = _sync(entity)
     paths = _sync(paths)
+    facts = _sync(facts)
     communities = _sync(communities)
     document = _sync(document)
     ingest = _sync(ingest)
@@ -398,6 +416,7 @@ class AsyncClient:
     entities = _async(entities)
     entity = _async(entity)
     paths = _async(paths)
+    facts = _async(facts)
     communities = _async(communities)
     document = _async(document)
     ingest = _async(ingest)

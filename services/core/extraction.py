@@ -10,11 +10,13 @@ from __future__ import annotations
 import importlib
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from spacy.language import Language
 from spacy.tokens import Span
+
+from services.core.time_spans import TimeSpan, stated_spans
 
 # Numbers and dates make hubs, not useful nodes (measured on the dev set).
 DROPPED_ENTITY_TYPES = frozenset(
@@ -56,6 +58,15 @@ class ExtractedRelation:
 
 
 @dataclass(frozen=True)
+class StatedTime:
+    """A time a sentence of the chunk states about the facts it holds (the mentions and the
+    relations whose ``sentence`` it is): services/core/time_spans.py."""
+
+    sentence: str
+    span: TimeSpan
+
+
+@dataclass(frozen=True)
 class TokenUsage:
     """LLM tokens spent on one piece of work, summed over ``calls`` completions."""
 
@@ -67,11 +78,13 @@ class TokenUsage:
 
 @dataclass(frozen=True)
 class Extraction:
-    """Everything extracted from one chunk; ``usage`` is set by LLM extractors only."""
+    """Everything extracted from one chunk; ``usage`` is set by LLM extractors only;
+    ``times``: when the facts of a sentence held, for the sentences that state it."""
 
     entities: list[ExtractedEntity]
     relations: list[ExtractedRelation]
     usage: TokenUsage | None = None
+    times: list[StatedTime] = field(default_factory=list)
 
 
 @runtime_checkable
@@ -160,6 +173,7 @@ def _register_newline_components() -> None:
 def _extract_doc(doc: Any, parse: bool = True) -> Extraction:
     entities: list[ExtractedEntity] = []
     relations: dict[tuple[str, str, str], ExtractedRelation] = {}
+    times: list[StatedTime] = []
     for sent in doc.sents:
         token_ent = _entity_token_map(sent)
         svo = list(_svo_relations(sent, token_ent)) if parse else []
@@ -167,6 +181,9 @@ def _extract_doc(doc: Any, parse: bool = True) -> Extraction:
             {id(span): span for span in token_ent.values()}.values(), key=lambda s: s.start
         )
         sentence = sent.text.strip()
+        if mentions:
+            # A time with no entity in its sentence states no fact: it stays evidence text.
+            times.extend(StatedTime(sentence, span) for span in stated_spans(sentence))
         for span in mentions:
             entities.append(
                 ExtractedEntity(
@@ -185,7 +202,7 @@ def _extract_doc(doc: Any, parse: bool = True) -> Extraction:
         for a, b in itertools.combinations(names, 2):
             if frozenset((a, b)) not in related:
                 _add(relations, ExtractedRelation(a, b, CO_OCCURS, CO_OCCURS_STRENGTH, sentence))
-    return Extraction(entities=entities, relations=list(relations.values()))
+    return Extraction(entities=entities, relations=list(relations.values()), times=times)
 
 
 def _add(relations: dict[tuple[str, str, str], ExtractedRelation], rel: ExtractedRelation) -> None:

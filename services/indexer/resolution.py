@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Self
 
 from services.core.extraction import ExtractedEntity, Extraction
@@ -225,4 +225,4 @@ def with_title(title: str, extraction: Extraction) -> Extraction:
     # Wikipedia-style disambiguation ("Twins (group)") is not part of the name.
     name = _DISAMBIGUATION.sub("", title).strip() or title.strip()
     subject = ExtractedEntity(name=name, type="TOPIC", start=-1, end=-1, sentence=title)
-    return Extraction(entities=[*extraction.entities, subject], relations=extraction.relations)
+    return replace(extraction, entities=[*extraction.entities, subject])

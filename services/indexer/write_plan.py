@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from services.core.chunking import Chunk
 from services.core.contracts import DocumentEvent
 from services.core.curation_rules import NO_RULES, CurationRules
-from services.core.extraction import ExtractedEntity, ExtractedRelation, Extraction
+from services.core.extraction import ExtractedEntity, ExtractedRelation, Extraction, StatedTime
 from services.core.normalize import entity_key
 from services.indexer.provided import (
     EXTRACTED,
@@ -122,6 +122,8 @@ class WritePlan:
     ruled_keys: frozenset[str] = frozenset()
     # The document changes tenant (``UpsertPlan.moved``).
     moved: bool = False
+    # When the facts of a sentence held: (diff hash of its chunk, the time), once each.
+    times: Sequence[tuple[str, StatedTime]] = ()
 
     def holds_for(self, stored: Mapping[str, int], *, moved: bool) -> bool:
         """True when the document's stored chunks (diff hash -> id) are as the plan saw them,
@@ -161,6 +163,7 @@ def build_write_plan(
     relations: list[tuple[str, ExtractedRelation]] = []
     mentioned: list[ExtractedEntity] = []
     tokens: dict[str, tuple[int, int]] = {}
+    times: dict[tuple[str, StatedTime], None] = {}
 
     def resolved(name: str) -> str:
         own = entity_key(name)
@@ -181,6 +184,7 @@ def build_write_plan(
             (h, replace(r, source=resolved(r.source), target=resolved(r.target)))
             for r in extraction.relations
         ]
+        times.update(dict.fromkeys((h, t) for t in extraction.times))
         if extraction.usage is not None:
             u = extraction.usage
             prompt, completion = tokens.get(u.model, (0, 0))
@@ -224,4 +228,5 @@ def build_write_plan(
         tokens=[TokenTotal(m, p, c) for m, (p, c) in sorted(tokens.items())],
         rules=rules,
         moved=diff.moved,
+        times=list(times),
     )

@@ -16,7 +16,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI
@@ -38,6 +38,7 @@ from services.query_api.auth import (
     is_loopback,
 )
 from services.query_api.documents import DocumentRead
+from services.query_api.fact_times import MAX_FACTS
 from services.query_api.filters import Filters, scoped
 from services.query_api.limits import replayed
 from services.query_api.operations import Operations
@@ -47,6 +48,7 @@ from services.query_api.schemas import (
     CommunitiesResponse,
     CommunityHit,
     EntityDetail,
+    FactsResponse,
     Hop,
     IngestAccepted,
     Mode,
@@ -72,6 +74,7 @@ TOOL_SCOPES: Mapping[str, str] = {
     "answer": "query",
     "get_entity": "query",
     "find_paths": "query",
+    "find_facts": "query",
     "list_communities": "query",
     "get_document": "query",
     "ingest_documents": "ingest",
@@ -91,7 +94,8 @@ Which tool:
   whole collection (community summaries); path for how two named things are connected;
   auto lets kgstream choose (the notes say what it chose and why).
 - answer: the same retrieval plus a short answer with its supporting sources.
-- get_entity, find_paths, list_communities: the graph itself.
+- get_entity, find_paths, list_communities: the graph itself; find_facts: what held when
+  ("who led X in 1990", "what happened to X between 2001 and 2005").
 - get_document: a whole document's text, when a passage is not enough.
 - ingest_documents, delete_document (ingest scope): change the collection. Indexing is
   asynchronous: pass an event_id they return as after_event to search or answer to read
@@ -256,6 +260,32 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         principal = caller_for("find_paths", ctx)
         caller = scoped(principal.caller, filters)
         return await _run(ops.paths(source, target, k, max_hops, caller))
+
+    @server.tool(
+        description="Time-scoped facts: sentences of the documents that state when something"
+        " held, with the span of days [valid_from, valid_to) they state (null: open), the"
+        " entities they name and the relationships they are evidence of. Of one entity (by"
+        " id or name) or of the whole graph; those that held on a day (at) or met days"
+        " [from_date, to_date] (ISO dates); optionally of one relationship type. Use it for"
+        " 'who held X in 1990' or 'what did X do between 2001 and 2005'.",
+        annotations=read_only,
+    )
+    async def find_facts(
+        *,
+        ctx: Context,
+        entity: EntityRef | None = None,
+        at: Annotated[date | None, Field(description="Facts that held on this day.")] = None,
+        from_date: Annotated[date | None, Field(description="Held on or after it.")] = None,
+        to_date: Annotated[date | None, Field(description="Held on or before it.")] = None,
+        relation: Annotated[
+            str | None, Field(min_length=1, max_length=100, description="A relationship type.")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_FACTS)] = 50,
+        filters: FiltersArg = None,
+    ) -> FactsResponse:
+        principal = caller_for("find_facts", ctx)
+        caller = scoped(principal.caller, filters)
+        return await _run(ops.facts(entity, at, from_date, to_date, relation, limit, caller))
 
     @server.tool(
         description="The communities (clusters of related entities, with a title, a summary"

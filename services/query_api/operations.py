@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,6 +21,7 @@ from services.core.settings import Settings
 from services.core.status import database_status
 from services.query_api.documents import DocumentRead, read_document
 from services.query_api.entities import entity_detail, search_entities
+from services.query_api.fact_times import Window, read_facts
 from services.query_api.global_mode import list_communities
 from services.query_api.ingest import (
     NOT_HELD,
@@ -40,6 +42,7 @@ from services.query_api.schemas import (
     CommunitiesResponse,
     EntityDetail,
     EntitySummary,
+    FactsResponse,
     IngestAccepted,
     PathsResponse,
     QueryRequest,
@@ -111,6 +114,36 @@ class Operations:
             ]
             routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops, caller=reader)
         return PathsResponse(source=ends[0], target=ends[1], snapshot_id=snapshot_id, paths=routes)
+
+    async def facts(  # noqa: PLR0917 - the route's parameters, as it takes them
+        self,
+        entity: str | None,
+        at: date | None,
+        since: date | None,
+        until: date | None,
+        rel_type: str | None,
+        limit: int,
+        caller: Caller,
+    ) -> FactsResponse:
+        """Time-scoped facts of an entity (by id or name) or of the whole graph: those that
+        held on a day (``at``) or met days [since, until]."""
+        try:
+            window = Window(at=at, lo=since, hi=until)
+        except ValueError as exc:
+            raise Problem(422, "Invalid request", str(exc)) from None
+        if entity is None and window.open:
+            raise Problem(422, "Invalid request", "name an entity, a day (at) or days (from, to)")
+        async with self.service.read_as(caller) as (conn, _, reader):
+            found = None if entity is None else await _resolve(conn, entity, "entity", reader)
+            facts = await read_facts(
+                conn,
+                reader,
+                entity_id=None if found is None else found.id,
+                window=window,
+                rel_type=rel_type,
+                limit=limit,
+            )
+        return FactsResponse(entity=found, facts=facts)
 
     async def communities(
         self, level: int | None, limit: int, caller: Caller

@@ -3,6 +3,7 @@ snapshot; HTTP status codes and problem documents live here and in problems.py o
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 from services.core.access import Caller
 from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
 from services.query_api.documents import DocumentRead
+from services.query_api.fact_times import MAX_FACTS
 from services.query_api.filters import Filters, scoped
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import LimitedQuery
@@ -24,6 +26,7 @@ from services.query_api.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
     EntityDetail,
+    FactsResponse,
     FeedbackRequest,
     FeedbackResponse,
     IngestAccepted,
@@ -130,6 +133,35 @@ async def paths(
 ) -> PathsResponse:
     """k shortest paths (≤ max_hops) between two entities given by id or name."""
     return await ops.paths(source, target, k, max_hops, caller)
+
+
+@router.get("/v1/facts", response_model=FactsResponse, tags=["graph"], dependencies=[QUERY])
+async def facts(
+    *,
+    ops: OpsDep,
+    caller: ScopedCallerDep,
+    entity: Annotated[
+        str | None,
+        NoNul,
+        Query(min_length=1, max_length=200, description="An entity by id or name."),
+    ] = None,
+    rel_type: Annotated[
+        str | None,
+        NoNul,
+        Query(alias="type", min_length=1, max_length=100, description="A relationship type."),
+    ] = None,
+    at: Annotated[date | None, Query(description="Facts that held on this day.")] = None,
+    since: Annotated[
+        date | None, Query(alias="from", description="Facts that held on or after this day.")
+    ] = None,
+    until: Annotated[
+        date | None, Query(alias="to", description="Facts that held on or before this day.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_FACTS)] = 50,
+) -> FactsResponse:
+    """Time-scoped facts (what a sentence states and when it held) of an entity or of the
+    graph: those holding on a day (``at``) or meeting days ``[from, to]``, earliest first."""
+    return await ops.facts(entity, at, since, until, rel_type, limit, caller)
 
 
 @router.get(

@@ -224,6 +224,44 @@ class PathsResponse(BaseModel):
     paths: list[Route]
 
 
+class FactEntity(BaseModel):
+    """An entity a time-scoped fact's sentence mentions."""
+
+    id: int
+    name: str
+
+
+class FactRelationship(BaseModel):
+    """A relationship a time-scoped fact's sentence is evidence of."""
+
+    id: int
+    source_id: int
+    source: str
+    target_id: int
+    target: str
+    type: str
+
+
+class TimedFact(BaseModel):
+    """What a sentence states and when it held: days [valid_from, valid_to) (ISO dates; null
+    for an open side), with the words that say so (services/core/time_spans.py)."""
+
+    valid_from: str | None
+    valid_to: str | None
+    expression: str
+    sentence: str
+    doc_id: str
+    entities: list[FactEntity]
+    relationships: list[FactRelationship]
+
+
+class FactsResponse(BaseModel):
+    """Time-scoped facts of an entity (or of the graph) in a window, earliest first."""
+
+    entity: EntitySummary | None = None
+    facts: list[TimedFact]
+
+
 class CommunitySummary(BaseModel):
     """A community of the published snapshot."""
 

@@ -104,6 +104,21 @@ def test_happy_path_maps_entities_relations_and_usage(openai_stub: OpenAIStub) -
     assert result.usage.completion_tokens == count_tokens(content)
 
 
+def test_times_come_from_the_models_sides_and_from_descriptions(openai_stub: OpenAIStub) -> None:
+    """A relationship's valid_from / valid_to are its span; an entity's description that
+    states a time gives that time; a description without one gives none."""
+    text = "Marie Curie taught in Paris from 1906 to 1934. Pierre Curie lived in Sceaux."
+    [result] = extractor(openai_stub).extract([text])
+    first = "Marie Curie taught in Paris from 1906 to 1934."
+    spans = {(t.sentence, t.span.iso(), t.span.expression) for t in result.times}
+    assert spans == {(first, ("1906-01-01", "1935-01-01"), "from 1906 to 1934")}
+    taught = next(r for r in result.relations if r.target == "Paris")
+    assert taught.sentence == first  # the time is read with the relationship's evidence
+    schema = openai_stub.requests_to(CHAT)[0].body["response_format"]["json_schema"]["schema"]
+    rel = schema["properties"]["relationships"]["items"]
+    assert {"valid_from", "valid_to"} <= set(rel["required"])
+
+
 def record_retry_delays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The pauses the extractor's retries choose, in order (still slept)."""
     delays: list[float] = []

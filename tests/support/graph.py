@@ -67,6 +67,10 @@ _CANONICAL: dict[str, str] = {
         " JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id"
         " JOIN chunks c ON c.id = v.chunk_id"
     ),
+    "fact_times": (
+        "SELECT f.doc_id, c.content_hash, f.sentence, f.valid_from, f.valid_to, f.expression"
+        " FROM fact_times f JOIN chunks c ON c.id = f.chunk_id"
+    ),
 }
 
 
@@ -93,6 +97,7 @@ _TENANT: dict[str, str] = {
     "aliases": _CANONICAL["aliases"] + " WHERE " + _NAMED.format(e="e.id"),
     "relationships": _CANONICAL["relationships"] + " WHERE " + _SUPPORTED,
     "evidence": _CANONICAL["evidence"] + " WHERE " + _OWN.format(doc="v.doc_id"),
+    "fact_times": _CANONICAL["fact_times"] + " WHERE " + _OWN.format(doc="f.doc_id"),
 }
 
 

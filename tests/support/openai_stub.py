@@ -148,6 +148,9 @@ def document_text(message: str) -> str:
     return "\n".join(text for _, text in blocks) if blocks else message
 
 
+_FROM_TO = re.compile(r"\bfrom (\d{4}) to (\d{4})\b")
+
+
 def extract_graph(text: str) -> dict[str, list[dict[str, Any]]]:
     """The stub's deterministic extraction of ``text`` in the extractor's JSON shape."""
     entities: dict[str, dict[str, Any]] = {}
@@ -158,6 +161,8 @@ def extract_graph(text: str) -> dict[str, list[dict[str, Any]]]:
             entities.setdefault(
                 name, {"name": name, "type": "CONCEPT", "description": sentence.strip()}
             )
+        # When it held, as a model gives it: the sides of "from Y1 to Y2", else none.
+        held = _FROM_TO.search(sentence)
         for a, b in itertools.pairwise(names):
             if a != b:
                 relationships.append(
@@ -167,6 +172,8 @@ def extract_graph(text: str) -> dict[str, list[dict[str, Any]]]:
                         "type": "RELATED_TO",
                         "description": sentence.strip(),
                         "strength": 5,
+                        "valid_from": held.group(1) if held else "",
+                        "valid_to": held.group(2) if held else "",
                     }
                 )
     return {"entities": list(entities.values()), "relationships": relationships}

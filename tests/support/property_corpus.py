@@ -49,13 +49,13 @@ CORPUS: dict[str, tuple[str, list[list[str]]]] = {
         [
             [
                 "The politician Angela Merkel studied chemistry in Leipzig.",
-                "For sixteen years Angela Merkel led Germany from Berlin.",
+                "From 2005 to 2021 Angela Merkel led Germany from Berlin.",
                 "As chancellor, Angela Merkel often met Emmanuel Macron in Paris.",
             ],
             [  # a sentence inserted before a kept one: the kept chunk moves
                 "The politician Angela Merkel studied chemistry in Leipzig.",
                 "In 2021 the Social Democrat Olaf Scholz succeeded Angela Merkel.",
-                "For sixteen years Angela Merkel led Germany from Berlin.",
+                "From 2005 to 2021 Angela Merkel led Germany from Berlin.",
             ],
         ],
     ),
@@ -65,7 +65,7 @@ CORPUS: dict[str, tuple[str, list[list[str]]]] = {
             [
                 "In 1975 Bill Gates founded Microsoft with Paul Allen.",
                 "In 1986 Microsoft moved its headquarters to Seattle.",
-                "Today Satya Nadella leads Microsoft.",
+                "Since February 2014 Satya Nadella has led Microsoft.",
             ],
             [
                 "In 1975 Bill Gates founded Microsoft with Paul Allen.",
@@ -75,7 +75,7 @@ CORPUS: dict[str, tuple[str, list[list[str]]]] = {
             [
                 "In 1975 Bill Gates founded Microsoft with Paul Allen.",
                 "In 2016 Microsoft bought LinkedIn.",
-                "Today Satya Nadella leads Microsoft.",
+                "Since February 2014 Satya Nadella has led Microsoft.",
             ],
         ],
     ),
@@ -89,7 +89,7 @@ CORPUS: dict[str, tuple[str, list[list[str]]]] = {
             ],
             [
                 "The carmaker Toyota builds cars in Japan.",
-                "For decades Toyota competed with Volkswagen in Europe.",
+                "Until the 1990s Toyota competed with Volkswagen in Europe.",
                 "In 1988 Toyota opened a factory in Kentucky.",
             ],
         ],

@@ -111,6 +111,14 @@ def test_numbers_and_dates_dropped_and_mentions_kept(extractor: SpacyExtractor) 
     assert apple[0].sentence != apple[1].sentence
 
 
+def test_dates_become_times_of_the_sentences_that_state_facts(extractor: SpacyExtractor) -> None:
+    text = "In 1933 Albert Einstein joined Princeton University. It rained a lot in 1911."
+    ex = _one(extractor, text)
+    first = "In 1933 Albert Einstein joined Princeton University."
+    assert [(t.sentence, t.span.iso()) for t in ex.times] == [(first, ("1933-01-01", "1934-01-01"))]
+    assert {e.sentence for e in ex.entities} == {first}  # the other sentence names no one
+
+
 def test_batch_order_empty_and_determinism(extractor: SpacyExtractor) -> None:
     texts = ["", "   ", "Paris is in France.", "Elton John sang in London with Kiki Dee."]
     first = extractor.extract(texts)

@@ -21,11 +21,13 @@ from services.core.extraction import (
     ExtractedRelation,
     Extraction,
     Extractor,
+    StatedTime,
     TokenUsage,
 )
 from services.core.failures import is_transient
 from services.core.llm.client import call_with_retries
 from services.core.llm.prompts import document, with_data_rule
+from services.core.time_spans import parse_span, stated_spans
 
 SYSTEM_PROMPT = with_data_rule("""\
 You build a knowledge graph from the text of the document the user sends.
@@ -40,7 +42,10 @@ You build a knowledge graph from the text of the document the user sends.
    - source and target: names from your entity list,
    - type: a short upper-case verb phrase such as WORKS_AT, BORN_IN, DIRECTED, PART_OF,
    - description: one sentence explaining the relationship, using only the text,
-   - strength: an integer from 1 (weak, incidental) to 10 (explicit and central).
+   - strength: an integer from 1 (weak, incidental) to 10 (explicit and central),
+   - valid_from and valid_to: when the relationship held, as the text states it (a date, a
+     month or a year, e.g. "2 March 1911", "1911-03", "1911"); "" for a side the text does
+     not give.
 Use only information in the text. Reply with JSON that matches the schema.""")
 
 GLEANING_PROMPT = (
@@ -65,13 +70,15 @@ _ENTITY_SCHEMA: dict[str, object] = {
 _RELATIONSHIP_SCHEMA: dict[str, object] = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["source", "target", "type", "description", "strength"],
+    "required": ["source", "target", "type", "description", "strength", "valid_from", "valid_to"],
     "properties": {
         "source": {"type": "string"},
         "target": {"type": "string"},
         "type": {"type": "string"},
         "description": {"type": "string"},
         "strength": {"type": "integer", "minimum": 1, "maximum": 10},
+        "valid_from": {"type": "string"},
+        "valid_to": {"type": "string"},
     },
 }
 OUTPUT_SCHEMA: dict[str, object] = {
@@ -110,6 +117,8 @@ class _Relationship(BaseModel):
     type: str = ""
     description: str = ""
     strength: float = 5.0
+    valid_from: str = ""
+    valid_to: str = ""
 
 
 class _Output(BaseModel):
@@ -259,6 +268,11 @@ def _to_extraction(text: str, outputs: Sequence[_Output], usage: TokenUsage | No
                 sentence=ent.description.strip(),
             )
     relations: dict[tuple[str, str, str], ExtractedRelation] = {}
+    # When facts held: the sides the model gives a relationship, else the times its
+    # description (or an entity's) states, read as the offline extractor reads a sentence.
+    times = [
+        StatedTime(e.sentence, span) for e in entities.values() for span in stated_spans(e.sentence)
+    ]
     for out in outputs:
         for rel in out.relationships:
             source = entities.get(_clean(rel.source).casefold())
@@ -269,11 +283,19 @@ def _to_extraction(text: str, outputs: Sequence[_Output], usage: TokenUsage | No
             strength = min(max(rel.strength, 1.0), 10.0) / 10.0
             key = (source.name, target.name, rel_type)
             current = relations.get(key)
+            sentence = rel.description.strip()
+            given = parse_span(rel.valid_from, rel.valid_to)
+            spans = [given] if given is not None else stated_spans(sentence)
+            times += [StatedTime(sentence, span) for span in spans]
             if current is None or strength > current.strength:
                 relations[key] = ExtractedRelation(
-                    source.name, target.name, rel_type, strength, rel.description.strip()
+                    source.name, target.name, rel_type, strength, sentence
                 )
-    return Extraction(list(entities.values()), list(relations.values()), usage)
+    kept = {r.sentence for r in relations.values()} | {e.sentence for e in entities.values()}
+    # One time per sentence and span: the first words that state it.
+    once = {(t.sentence, t.span.start, t.span.end): t for t in reversed(times)}
+    stated = [t for t in once.values() if t.sentence in kept][::-1]
+    return Extraction(list(entities.values()), list(relations.values()), usage, stated)
 
 
 def _clean(name: str) -> str:

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.db.bulk import BulkInsert, insert_rows
 from services.core.db.engine import vector_literal
+from services.core.extraction import StatedTime
 from services.indexer.write_plan import MentionRow, NewChunk
 
 _MENTIONS = BulkInsert(
@@ -28,6 +29,18 @@ _MENTIONS = BulkInsert(
     ),
     "ON CONFLICT (chunk_id, entity_id, start_char) DO NOTHING",
 )
+# alembic 0023: when the facts of a sentence held.
+_TIMES = BulkInsert(
+    "fact_times",
+    (
+        ("chunk_id", "bigint"),
+        ("doc_id", "text"),
+        ("sentence", "text"),
+        ("valid_from", "date"),
+        ("valid_to", "date"),
+        ("expression", "text"),
+    ),
+)
 _TOUCHED_ENTITIES = text("SELECT DISTINCT entity_id FROM mentions WHERE chunk_id = ANY(:ids)")
 _TOUCHED_RELATIONSHIPS = text(
     "SELECT DISTINCT relationship_id FROM relationship_evidence WHERE chunk_id = ANY(:ids)"
@@ -35,6 +48,7 @@ _TOUCHED_RELATIONSHIPS = text(
 _DELETE = text("DELETE FROM chunks WHERE id = ANY(:ids)")
 _CLEAR_MENTIONS = text("DELETE FROM mentions WHERE chunk_id = ANY(:ids)")
 _CLEAR_EVIDENCE = text("DELETE FROM relationship_evidence WHERE chunk_id = ANY(:ids)")
+_CLEAR_TIMES = text("DELETE FROM fact_times WHERE chunk_id = ANY(:ids)")
 _MOVE = text(
     "UPDATE chunks SET ord = :o, start_char = :s, end_char = :e WHERE id = :i"
     " AND (ord, start_char, end_char) IS DISTINCT FROM (:o, :s, :e)"
@@ -67,8 +81,9 @@ async def remove_chunks(
 async def clear_extraction(
     conn: AsyncConnection, chunk_ids: Sequence[int]
 ) -> tuple[set[int], set[int]]:
-    """Delete the chunks' mentions and relationship evidence, keeping the chunks (a document
-    resolved again under new curations); return the touched entity and relationship ids."""
+    """Delete the chunks' mentions, relationship evidence and fact times, keeping the chunks
+    (a document resolved again under new curations); return the touched entity and
+    relationship ids."""
     if not chunk_ids:
         return set(), set()
     ids = list(chunk_ids)
@@ -76,6 +91,7 @@ async def clear_extraction(
     rels = await conn.execute(_TOUCHED_RELATIONSHIPS, {"ids": ids})
     await conn.execute(_CLEAR_MENTIONS, {"ids": ids})
     await conn.execute(_CLEAR_EVIDENCE, {"ids": ids})
+    await conn.execute(_CLEAR_TIMES, {"ids": ids})
     return {r[0] for r in ents.all()}, {r[0] for r in rels.all()}
 
 
@@ -145,3 +161,17 @@ async def insert_mentions(
     # A document may name nothing at all (no title, no entities).
     await insert_rows(conn, _MENTIONS, rows)
     return {r[0] for r in rows}, [(e, a, k) for (e, a), k in sorted(alias_keys.items())]
+
+
+async def insert_times(
+    conn: AsyncConnection,
+    doc_id: str,
+    times: Sequence[tuple[str, StatedTime]],
+    chunk_ids: Mapping[str, int],
+) -> None:
+    """Insert when the facts of the new chunks' sentences held (alembic 0023)."""
+    rows = [
+        (chunk_ids[h], doc_id, t.sentence, t.span.start, t.span.end, t.span.expression)
+        for h, t in times
+    ]
+    await insert_rows(conn, _TIMES, rows)

@@ -27,6 +27,7 @@ from services.indexer.graph_store.chunks import (
     clear_extraction,
     insert_chunks,
     insert_mentions,
+    insert_times,
     move_chunks,
     remove_chunks,
 )
@@ -147,14 +148,16 @@ async def write_reresolve(deps: IndexerDeps, plan: WritePlan) -> bool:
 async def _write_facts(
     conn: AsyncConnection, plan: WritePlan, chunk_ids: Mapping[str, int], changes: ChangeSet
 ) -> tuple[set[int], set[int], list[AliasRow]]:
-    """Resolve the plan's surfaces, then write its mentions and the evidence of its extracted
-    and provided relations; return the entities and relationships they touched, and the
-    aliases its mentions support (written by ``rebuild``, under the entities' locks)."""
+    """Resolve the plan's surfaces, then write its mentions, the times its sentences state and
+    the evidence of its extracted and provided relations; return the entities and
+    relationships they touched, and the aliases its mentions support (written by
+    ``rebuild``, under the entities' locks)."""
     doc_id = plan.event.doc_id
     resolved = await resolve_entities(conn, plan)
     changes.nodes_added |= resolved.added
     changes.retype.update(resolved.retype)
     ents, aliases = await insert_mentions(conn, doc_id, plan.mentions, resolved.ids, chunk_ids)
+    await insert_times(conn, doc_id, plan.times, chunk_ids)
     rels = await add_relationships(
         conn,
         doc_id=doc_id,
