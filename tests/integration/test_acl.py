@@ -369,6 +369,7 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
         oracle.check_summary(body["target"])
         oracle.check_query({**_empty_query(), "routes": body["paths"]})
 
+    await _check_facts(env, caller, oracle)
     listed = (await env.get(caller, "/v1/communities")).json()["communities"]
     assert {c["id"] for c in listed} <= oracle.communities
 
@@ -519,6 +520,21 @@ async def test_filters_narrow_and_never_widen(env: Env, data: st.DataObject) -> 
     assert resp.status_code in (200, 404)
     if resp.status_code == 200:
         oracle.check_query({**_empty_query(), "routes": resp.json()["paths"]})
+    await _check_facts(env, caller, oracle, **scoped)
+
+
+async def _check_facts(env: Env, caller: Caller, oracle: Oracle, **params: str) -> None:
+    """Every time-scoped fact read (the sample states years) comes from a document the oracle
+    reads, and names entities by surfaces the caller may see."""
+    resp = await env.get(caller, "/v1/facts", **{"from": "1000-01-01", "limit": 200}, **params)
+    assert resp.status_code == 200, resp.text
+    for fact in resp.json()["facts"]:
+        assert fact["doc_id"] in oracle.docs
+        for entity in fact["entities"]:
+            assert entity["name"] in oracle.surfaces[entity["id"]]
+        for rel in fact["relationships"]:
+            assert rel["source"] in oracle.surfaces[rel["source_id"]]
+            assert rel["target"] in oracle.surfaces[rel["target_id"]]
 
 
 async def test_filters_are_validated(env: Env) -> None:
@@ -814,6 +830,7 @@ async def test_whole_corpus_reads_equal_the_filtered_reads(
             ("/v1/entities", {"name": "Leland"}),
             (f"/v1/entities/{leland_id}", {}),
             ("/v1/paths", {"from": "Leland", "to": "Maximum Overdrive"}),
+            ("/v1/facts", {"from": "1000-01-01", "limit": "200"}),
             ("/v1/communities", {}),
         ):
             resp = await env.get(caller, path, **params)

@@ -148,15 +148,6 @@ async def test_the_sdk_client_lists_and_runs_the_tools(stack: Stack, infra: Infr
         assert entity["neighbours"]
         communities = payload(await client.call_tool("list_communities", {"limit": 5}))
         assert communities["snapshot_id"]
-        # The sample names years: facts that held since 1000 are the ones that state a time.
-        dated = payload(await client.call_tool("find_facts", {"from_date": "1000-01-01"}))
-        assert dated["facts"]
-        assert all(f["valid_from"] or f["valid_to"] for f in dated["facts"])
-        first = next(f for f in dated["facts"] if f["valid_from"] and f["entities"])
-        day = first["valid_from"]  # its first day
-        window = {"entity": first["entities"][0]["name"], "from_date": day, "to_date": day}
-        mine = payload(await client.call_tool("find_facts", window))
-        assert first["sentence"] in [f["sentence"] for f in mine["facts"]]
         assert communities["communities"]
 
         document = payload(await client.call_tool("get_document", {"doc_id": stack.doc_id}))
@@ -198,6 +189,19 @@ async def test_errors_are_tool_errors_that_say_what_went_wrong(stack: Stack) -> 
         )
         assert nowhere.is_error
         assert "404 Entity not found" in text_of(nowhere)
+
+
+async def test_find_facts_reads_what_held_when(stack: Stack) -> None:
+    async with mcp_client(stack.url, stack.keys["reader"]) as client:
+        # The sample names years: facts that held since 1000 are the ones that state a time.
+        dated = payload(await client.call_tool("find_facts", {"from_date": "1000-01-01"}))
+        assert dated["facts"]
+        assert all(f["valid_from"] or f["valid_to"] for f in dated["facts"])
+        first = next(f for f in dated["facts"] if f["valid_from"] and f["entities"])
+        day = first["valid_from"]  # its first day
+        window = {"entity": first["entities"][0]["name"], "from_date": day, "to_date": day}
+        mine = payload(await client.call_tool("find_facts", window))
+        assert first["sentence"] in [f["sentence"] for f in mine["facts"]]
         both = await client.call_tool("find_facts", {"at": "1990-01-01", "from_date": "1980-01-01"})
         assert both.is_error
         assert "422 Invalid request" in text_of(both)
