@@ -30,6 +30,8 @@ from services.core.settings import Settings
 
 T = TypeVar("T")
 SAMPLE = Path(__file__).resolve().parent / "sample"
+# The sample's films, songs and people of that year (issue 31: time-scoped facts).
+FACTS_YEAR = 1986
 GLOBAL_QUESTION = "What are the main themes of these documents?"
 DEMO_ENV = {
     "KGSTREAM_COMMUNITIES_CHECK_INTERVAL_S": "2",
@@ -77,6 +79,7 @@ def run_demo(
         )
         for line in questions.read_text(encoding="utf-8").splitlines()[:5]:
             _ask(stack, json.loads(line))
+        _what_held(stack, FACTS_YEAR)
         print(f"\nwaiting for the communities worker's snapshot (at most {snapshot_timeout:.0f}s)")
         answer = _on_database(stack, lambda e: wait_for_answer(e, requested_at, snapshot_timeout))
         if answer is None or answer.status == "failed":
@@ -128,6 +131,19 @@ def _ask(stack: Stack, q: dict[str, Any]) -> None:
     for ctx in resp["contexts"]:
         mark = "*" if ctx["doc_id"] in gold else " "
         print(f"   {mark} {ctx['title']} [{ctx['doc_id']}] score {ctx['score']:.2f}")
+
+
+def _what_held(stack: Stack, year: int) -> None:
+    """A time-scoped question of the graph: the facts that held during ``year``."""
+    params = {"from": f"{year}-01-01", "to": f"{year}-12-31", "limit": "5"}
+    resp = httpx.get(f"{stack.api_url}/v1/facts", params=params, timeout=60)
+    print(f"\nWhat held in {year}? (GET /v1/facts?from={year}-01-01&to={year}-12-31)")
+    found = resp.json().get("facts", []) if resp.status_code == 200 else []
+    if not found:
+        print(f"   nothing the documents date to {year} ({resp.status_code})")
+    for fact in found:
+        span = f"{fact['valid_from'] or '...'} to {fact['valid_to'] or '...'}"
+        print(f"   [{fact['expression']}: {span}) {fact['sentence'][:110]} [{fact['doc_id']}]")
 
 
 def _on_database(stack: Stack, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:

@@ -33,6 +33,8 @@ def test_demo_indexes_and_answers(tmp_path: Path, user_home: Path) -> None:
     assert out.count("\nA: ") == 6  # five sample questions (local) and one global
     # Every answer cites a document and at least one gold document is marked among the sources.
     assert "   * " in out
+    held = out.split("\nWhat held in 1986? ", 1)[1]
+    assert "Maximum Overdrive is a 1986 American" in held.split("\nwaiting for", 1)[0], held[:2000]
     # The communities worker published a snapshot of the indexed graph, shown by level.
     snapshot = re.search(r"community snapshot (\d+) published: (\d+) communities \(level 0: ", out)
     assert snapshot, out[-3000:]
