@@ -10,7 +10,9 @@ their documents through updates, deletes, curations and rebuilds like every othe
 
 ``holds`` (a daterange, generated) carries a GiST index: "which facts held during [a, b]" is
 ``holds && daterange(a, b, '[]')`` and "at t" is ``holds @> t``; the fact's side is reached by
-``(chunk_id, sentence)`` through the chunk indexes of mentions and evidence.
+``(chunk_id, sentence)`` through the chunk indexes of mentions and evidence. A query's
+``filters.held`` asks whether a document states a fact that held in a window
+(``fact_times_doc``).
 
 Documents indexed before this revision have no rows until they are indexed again (a rebuild
 from the topic, docs/operations.md). A new, empty table: no rewrite, no lock on the others.
@@ -44,6 +46,7 @@ def upgrade() -> None:
         " CHECK (valid_from IS NULL OR valid_to IS NULL OR valid_from < valid_to))"
     )
     op.execute("CREATE INDEX IF NOT EXISTS fact_times_chunk ON fact_times (chunk_id)")
+    op.execute("CREATE INDEX IF NOT EXISTS fact_times_doc ON fact_times (doc_id)")
     op.execute("CREATE INDEX IF NOT EXISTS fact_times_holds ON fact_times USING gist (holds)")
 
 

@@ -4,10 +4,11 @@ every read that states document visibility states the scope with it
 (services/query_api/visibility.py). A scope only narrows: a read sees the documents that are
 both visible to the caller and in scope.
 
-In SQL the scope is one predicate with three bound values (``DOC_MATCHES``): ``occurred_at`` in
-[``occurred_from``, ``occurred_until``) and the metadata conditions, a JSON array evaluated by
-``kgstream_doc_matches`` (alembic 0022, which states the conditions' shapes). :meth:`admits` is
-the same rule in Python, the oracle of the tests."""
+In SQL the scope is one predicate with bound values (``DOC_MATCHES``): ``occurred_at`` in
+[``occurred_from``, ``occurred_until``), the metadata conditions, a JSON array evaluated by
+``kgstream_doc_matches`` (alembic 0022, which states the conditions' shapes), and the days
+[``held_from``, ``held_until``) that a fact the document states must meet (``fact_times``,
+alembic 0023). :meth:`admits` is the same rule in Python, the oracle of the tests."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -24,12 +25,17 @@ Condition = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class DocScope:
-    """Documents whose ``occurred_at`` is in [occurred_from, occurred_until) and whose metadata
-    meets every condition (``conditions``: the JSON text of the array, canonical)."""
+    """Documents whose ``occurred_at`` is in [occurred_from, occurred_until), whose metadata
+    meets every condition (``conditions``: the JSON text of the array, canonical) and, when
+    ``held`` is set, that state a fact which held on some day of [held_from, held_until) (None:
+    an open side)."""
 
     conditions: str | None = None
     occurred_from: datetime | None = None
     occurred_until: datetime | None = None
+    held: bool = False
+    held_from: date | None = None
+    held_until: date | None = None
 
     @classmethod
     def of(
@@ -37,9 +43,20 @@ class DocScope:
         conditions: Sequence[Condition] = (),
         occurred_from: datetime | None = None,
         occurred_until: datetime | None = None,
+        *,
+        held: bool = False,
+        held_from: date | None = None,
+        held_until: date | None = None,
     ) -> DocScope:
         text = json.dumps(list(conditions), sort_keys=True, separators=(",", ":"))
-        return cls(text if conditions else None, occurred_from, occurred_until)
+        return cls(
+            text if conditions else None,
+            occurred_from,
+            occurred_until,
+            held,
+            held_from if held else None,
+            held_until if held else None,
+        )
 
     @property
     def conds(self) -> list[dict[str, Any]]:
@@ -51,6 +68,9 @@ class DocScope:
             "f_meta": self.conditions,
             "f_from": self.occurred_from,
             "f_until": self.occurred_until,
+            "f_held": self.held,
+            "f_held_from": self.held_from,
+            "f_held_until": self.held_until,
         }
 
     def describe(self) -> str:
@@ -60,6 +80,10 @@ class DocScope:
             lo = self.occurred_from.isoformat() if self.occurred_from else "-inf"
             hi = self.occurred_until.isoformat() if self.occurred_until else "+inf"
             parts.append(f"occurred_at in [{lo}, {hi})")
+        if self.held:
+            lo = self.held_from.isoformat() if self.held_from else "-inf"
+            hi = self.held_until.isoformat() if self.held_until else "+inf"
+            parts.append(f"states a fact held in [{lo}, {hi})")
         for c in self.conds:
             field = ".".join(c["path"])
             if "any" in c:
@@ -70,13 +94,30 @@ class DocScope:
                 parts.append(f"{field} in [{c.get('from', '-inf')}, {c.get('until', '+inf')})")
         return "; ".join(parts) or "all documents"
 
-    def admits(self, metadata: Mapping[str, Any] | None, occurred_at: datetime) -> bool:
-        """The rule ``DOC_MATCHES`` states, for one document."""
+    def admits(
+        self,
+        metadata: Mapping[str, Any] | None,
+        occurred_at: datetime,
+        held: Sequence[tuple[date | None, date | None]] = (),
+    ) -> bool:
+        """The rule ``DOC_MATCHES`` states, for one document; ``held``: the spans of days
+        [start, end) of the facts it states (None: an open side)."""
         if self.occurred_from is not None and occurred_at < self.occurred_from:
             return False
         if self.occurred_until is not None and occurred_at >= self.occurred_until:
             return False
+        if self.held and not any(self._meets(span) for span in held):
+            return False
         return all(_holds(_at(metadata or {}, c["path"]), c) for c in self.conds)
+
+    def _meets(self, span: tuple[date | None, date | None]) -> bool:
+        start, end = span
+        lo, hi = self.held_from, self.held_until
+        if lo is not None and hi is not None and lo >= hi:
+            return False  # an empty window
+        return (start is None or self.held_until is None or start < self.held_until) and (
+            end is None or self.held_from is None or self.held_from < end
+        )
 
 
 _MISSING = object()

@@ -5,7 +5,8 @@
               "category": ["technology", "business"],     // any of
               "pages": {"gte": 10, "lt": 100},            // a range of numbers
               "published_at": {"gte": "2023-11-01"}},     // a range of times (ISO 8601)
- "occurred_at": {"gte": "2023-11-24", "lte": "2023-11-25"}}  // the event's time
+ "occurred_at": {"gte": "2023-11-24", "lte": "2023-11-25"},  // the event's time
+ "held": {"gte": "1811-01-01", "lte": "1827-12-31"}}         // a fact stated held then
 ```
 
 A field is a metadata key, or a dotted path into nested objects (``cloudevent.source``). A
@@ -147,6 +148,11 @@ class Filters(BaseModel):
         description="A range of ISO 8601 dates or date-times on the document's occurred_at "
         "(a date covers its whole UTC day).",
     )
+    held: Range | None = Field(
+        default=None,
+        description="A range of ISO 8601 dates: documents that state a fact which held on "
+        "some day of it (time-scoped facts; a date-time counts as its day).",
+    )
 
     @field_validator("metadata")
     @classmethod
@@ -155,11 +161,11 @@ class Filters(BaseModel):
             raise ValueError(f"at most {MAX_FIELDS} metadata fields")
         return value
 
-    @field_validator("occurred_at")
+    @field_validator("occurred_at", "held")
     @classmethod
     def _times(cls, value: Range | None) -> Range | None:
         if value is not None and value.numeric:
-            raise ValueError("occurred_at takes dates or date-times, not numbers")
+            raise ValueError("takes dates or date-times, not numbers")
         return value
 
     def scope(self) -> DocScope | None:
@@ -180,9 +186,28 @@ class Filters(BaseModel):
             else:
                 conds.append({"path": path, "any": cond if isinstance(cond, list) else [cond]})
         lo, hi = self.occurred_at.window() if self.occurred_at else (None, None)
-        if not conds and lo is None and hi is None:
+        if not conds and lo is None and hi is None and self.held is None:
             return None
-        return DocScope.of(conds, lo and lo.astimezone(UTC), hi and hi.astimezone(UTC))
+        held_from, held_until = _days(self.held) if self.held else (None, None)
+        return DocScope.of(
+            conds,
+            lo and lo.astimezone(UTC),
+            hi and hi.astimezone(UTC),
+            held=self.held is not None,
+            held_from=held_from,
+            held_until=held_until,
+        )
+
+
+def _days(held: Range) -> tuple[date | None, date | None]:
+    """A fact-time range as days [from, until): a date-time counts as its (UTC) day."""
+    lo, hi = held.window()
+    start = lo.astimezone(UTC).date() if lo else None
+    end = None
+    if hi is not None:
+        hi = hi.astimezone(UTC)
+        end = hi.date() if hi.time() == time() else hi.date() + timedelta(days=1)
+    return start, end
 
 
 def scoped(caller: Caller, filters: Filters | None) -> Caller:

@@ -33,13 +33,19 @@ DOC_VISIBLE = f"({_SAME_TENANT} AND (d.acl IS NULL OR d.acl && CAST(:v_groups AS
 # documents was planned as one who sees a handful (nested loops from `documents`, no HNSW).
 _TENANT_FORMS = {True: "d.tenant IS NULL", False: "d.tenant = CAST(:v_tenant AS text)"}
 VISIBLE_DOC_IDS = "SELECT d.doc_id FROM documents d WHERE " + DOC_VISIBLE  # noqa: S608 - DOC_VISIBLE is a constant
-# The document scope (services/core/doc_scope.py; kgstream_doc_matches: alembic 0022). Bound
-# NULLs fold away in the plans of an unbounded side.
+# The document scope (services/core/doc_scope.py; kgstream_doc_matches: alembic 0022; fact
+# times: 0023). Bound NULLs fold away in the plans of an unbounded side.
 DOC_MATCHES = (
     "(d.occurred_at >= coalesce(CAST(:f_from AS timestamptz), '-infinity'::timestamptz)"
     " AND d.occurred_at < coalesce(CAST(:f_until AS timestamptz), 'infinity'::timestamptz)"
     " AND (CAST(:f_meta AS jsonb) IS NULL"
-    " OR kgstream_doc_matches(d.metadata, CAST(:f_meta AS jsonb))))"
+    " OR kgstream_doc_matches(d.metadata, CAST(:f_meta AS jsonb)))"
+    # A fact-time window: the document states a fact that held in it (alembic 0023). An empty
+    # window (its end before its start) admits nothing, as an empty occurred_at window.
+    " AND (NOT CAST(:f_held AS boolean) OR (coalesce(CAST(:f_held_from AS date)"
+    "  < CAST(:f_held_until AS date), true) AND EXISTS (SELECT 1 FROM fact_times ft"
+    "  WHERE ft.doc_id = d.doc_id AND ft.holds && daterange(CAST(:f_held_from AS date),"
+    "  CAST(:f_held_until AS date), '[)')))))"
 )
 
 

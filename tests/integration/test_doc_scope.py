@@ -62,12 +62,16 @@ FILTERS = st.fixed_dictionaries(
     optional={
         "occurred_at": st.dictionaries(
             st.sampled_from(["gte", "gt", "lte", "lt"]), TIME_BOUNDS, min_size=1
-        )
+        ),
+        # The judged document states no time (no fact_times row): a window never admits it.
+        "held": st.dictionaries(
+            st.sampled_from(["gte", "gt", "lte", "lt"]), TIME_BOUNDS, min_size=1
+        ),
     },
 )
 _JUDGE = text(
     "SELECT " + DOC_MATCHES + " FROM (SELECT CAST(:m AS jsonb) AS metadata,"  # noqa: S608 - a constant
-    " CAST(:t AS timestamptz) AS occurred_at) d"
+    " CAST(:t AS timestamptz) AS occurred_at, 'judged' AS doc_id) d"
 )
 
 

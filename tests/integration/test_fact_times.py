@@ -152,6 +152,30 @@ async def test_facts_by_entity_and_time_under_visibility(env: Env, url: str, api
         assert refused.status_code == 422, (bad, refused.text)
 
 
+@pytest.mark.parametrize("mode", ["vector", "local", "path", "auto"])
+async def test_a_fact_time_window_filters_every_read(
+    env: Env, url: str, api: Api, mode: str
+) -> None:
+    """``filters.held``: only documents that state a fact which held in the window are read."""
+    await ingest(env, url, [DEEDS, LATER])
+    question = f"Who owned {HOUSE} before Peter Pan?"
+    headers = {"Authorization": f"Bearer {api.admin}"}
+    for window, only in (
+        ({"gte": "1811-01-01", "lte": "1815-12-31"}, "doc-deeds"),
+        ({"gte": "1940-01-01"}, "doc-later"),
+    ):
+        body = {"question": question, "mode": mode, "k": 5, "filters": {"held": window}}
+        got = await api.client.post("/v1/query", json=body, headers=headers)
+        assert got.status_code == 200, got.text
+        answer = got.json()
+        assert {c["doc_id"] for c in answer["contexts"]} <= {only}, answer["contexts"]
+        assert answer["notes"][0].startswith("filters: states a fact held in"), answer["notes"]
+    narrowed = await api.sentences(
+        api.admin, filters='{"held": {"gte": "1940-01-01"}}', **{"from": "1800-01-01"}
+    )
+    assert narrowed == [PAN]
+
+
 async def test_times_follow_their_document_and_equal_a_rebuild(
     env: Env, url: str, api: Api
 ) -> None:

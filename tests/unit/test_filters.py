@@ -4,7 +4,7 @@ paths), the Python rule DocScope.admits, and the CLI's options."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pytest
 from pydantic import ValidationError
@@ -93,6 +93,7 @@ def test_values_match_numbers_by_value_and_arrays_by_element() -> None:
         ({"metadata": {"a": []}}, "at least 1 item"),
         ({"metadata": {f"f{i}": 1 for i in range(17)}}, "at most 16"),
         ({"occurred_at": {"gte": 3}}, "not numbers"),
+        ({"held": {"lt": 1990}}, "not numbers"),
         ({"colour": "red"}, "Extra inputs are not permitted"),
     ],
 )
@@ -117,3 +118,22 @@ def test_cli_options_make_filters() -> None:
         filters_from_options(["source"], None, None, None)
     with pytest.raises(ValueError, match="JSON object"):
         filters_from_options([], None, None, "[1]")
+
+
+def test_a_fact_time_window_is_days_and_admits_documents_whose_facts_meet_it() -> None:
+    scope = _scope({"held": {"gte": "1811-01-01", "lte": "1827-12-31"}})
+    assert (scope.held, scope.held_from, scope.held_until) == (
+        True,
+        date(1811, 1, 1),
+        date(1828, 1, 1),
+    )
+    assert "states a fact held in [1811-01-01, 1828-01-01)" in scope.describe()
+    # A date-time counts as its day; an open side stays open.
+    later = _scope({"held": {"gt": "1990-05-01T12:00:00Z"}})
+    assert (later.held_from, later.held_until) == (date(1990, 5, 1), None)
+    owned = [(date(1811, 1, 1), date(1828, 1, 1))]
+    assert scope.admits({}, T, owned)
+    assert scope.admits({}, T, [(None, date(1811, 1, 2))])  # an open start meets it
+    assert not scope.admits({}, T, [(date(1828, 1, 1), None)])  # begins the day after
+    assert not scope.admits({}, T, [])  # a document that states no time
+    assert not _scope({"held": {"lt": "1811-01-01"}}).admits({}, T, owned)
