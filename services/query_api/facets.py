@@ -20,13 +20,6 @@ grounded to the one facet with the most named values (ties: the facet with fewer
 values, the more facet-like), as "any of" those values: naming a source and an author does not
 require both of one document, since a name can be quoted rather than authored.
 
-**Days named with a source.** A question that names a source and a calendar day ("the
-TechCrunch report published on October 31, 2023") is about that source's documents of that
-day: the grounded filter also bounds ``occurred_at`` (the document's own time) to the days
-named, widened by a day on each side because a day as written in any time zone (UTC-12 to
-UTC+14) falls within them. Months, years and open sides ("before ...") do not ground, and
-neither does a day without a named source (it may be the day of an event, not of a report).
-
 **Whose values.** A caller's question is grounded to the values of its own tenant's documents
 (the operator's, to every tenant's), so no tenant's documents steer or reveal another's; within
 a tenant, the note the response carries names the question's own words that were grounded, not
@@ -47,13 +40,11 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import date, timedelta
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
-from services.core.time_spans import stated_spans
 from services.query_api.answer_span import FUNCTION_WORDS
 from services.query_api.filters import MAX_VALUES, Filters
 
@@ -103,21 +94,9 @@ class Grounding:
     filters: Filters
     field: str
     names: tuple[str, ...]
-    dated: bool = False  # the days it names bound occurred_at too
 
     def describe(self) -> str:
-        said = f"{self.field} named {', '.join(repr(n) for n in self.names)}"
-        return said + (" (and occurred_at near the days named)" if self.dated else "")
-
-
-def named_days(question: str) -> list[tuple[date, str]]:
-    """The calendar days a question names ("on October 31, 2023", "2023-11-24"), with its
-    words; months, years and open sides ("before ...") are not days."""
-    return [
-        (span.start, span.expression)
-        for span in stated_spans(question)
-        if span.start is not None and span.end is not None and (span.end - span.start).days == 1
-    ]
+        return f"{self.field} named {', '.join(repr(n) for n in self.names)}"
 
 
 Named = Mapping[str, Mapping[str, frozenset[str]]]  # field -> form -> values
@@ -180,16 +159,8 @@ class Vocabulary:
             return None
         key = best[2]
         values, names = found[key]
-        grounded: dict[str, object] = {"metadata": {key: sorted(values)}}
-        days = named_days(question)
-        if days:
-            grounded["occurred_at"] = {
-                "gte": (min(d for d, _ in days) - timedelta(days=1)).isoformat(),
-                "lte": (max(d for d, _ in days) + timedelta(days=1)).isoformat(),
-            }
-        filters = Filters.model_validate(grounded)
-        said = tuple(sorted(names)) + tuple(words for _, words in days)
-        return Grounding(filters, key, said, dated=bool(days))
+        filters = Filters.model_validate({"metadata": {key: sorted(values)}})
+        return Grounding(filters, key, tuple(sorted(names)))
 
 
 def _frozen(fields: Mapping[str, Mapping[str, set[str]]]) -> Named:

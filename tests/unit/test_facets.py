@@ -89,28 +89,3 @@ def test_the_note_names_the_questions_words_not_the_values() -> None:
 
 def test_keys_a_filter_reads_as_paths_are_left_out() -> None:
     assert "og.site" not in VOCABULARY.visible_to(Caller())
-
-
-def test_days_named_with_a_source_bound_occurred_at() -> None:
-    question = (
-        "Between the TechCrunch report published on October 31, 2023, and The Verge report"
-        " on 2023-11-02, did the coverage change?"
-    )
-    found = VOCABULARY.ground(question, Caller())
-    assert found is not None
-    assert found.dated
-    assert found.filters.occurred_at is not None
-    # A day in any time zone falls within a day either side of the named days.
-    assert found.filters.occurred_at.bounds() == {"gte": "2023-10-30", "lte": "2023-11-03"}
-    assert "October 31, 2023" in found.names
-    assert "occurred_at near the days named" in found.describe()
-
-
-def test_months_open_sides_and_days_without_a_source_do_not_ground_time() -> None:
-    month = VOCABULARY.ground("What did TechCrunch report in October 2023?", Caller())
-    assert month is not None
-    assert month.filters.occurred_at is None
-    before = VOCABULARY.ground("Did TechCrunch report it before October 31, 2023?", Caller())
-    assert before is not None
-    assert before.filters.occurred_at is None
-    assert VOCABULARY.ground("What happened on October 31, 2023?", Caller()) is None
