@@ -36,6 +36,9 @@ class DocScope:
     held: bool = False
     held_from: date | None = None
     held_until: date | None = None
+    # A jsonpath every admitted document's metadata matches (``@?``), which the GIN index on
+    # documents.metadata answers (alembic 0024): a pre-filter, never the rule itself.
+    index_path: str | None = None
 
     @classmethod
     def of(
@@ -56,6 +59,7 @@ class DocScope:
             held,
             held_from if held else None,
             held_until if held else None,
+            _index_path(conditions),
         )
 
     @property
@@ -71,6 +75,7 @@ class DocScope:
             "f_held": self.held,
             "f_held_from": self.held_from,
             "f_held_until": self.held_until,
+            "f_path": self.index_path,
         }
 
     def describe(self) -> str:
@@ -118,6 +123,22 @@ class DocScope:
         return (start is None or self.held_until is None or start < self.held_until) and (
             end is None or self.held_from is None or self.held_from < end
         )
+
+
+_INDEX_KEY = re.compile(r"^-?[0-9]+$")
+
+
+def _index_path(conditions: Sequence[Condition]) -> str | None:
+    """The first any-of condition as a jsonpath (``$."source" ? (@ == "A" || @ == "B")``), or
+    None. Lax mode reads an array's elements as the rule does ("an array containing it"); a
+    path with a key of digits is left out (the rule reads it as an array index there)."""
+    for c in conditions:
+        if "any" not in c or any(_INDEX_KEY.match(key) for key in c["path"]):
+            continue
+        keys = "".join("." + json.dumps(key, ensure_ascii=False) for key in c["path"])
+        equal = " || ".join(f"@ == {json.dumps(v, ensure_ascii=False)}" for v in c["any"])
+        return f"${keys} ? ({equal})"
+    return None
 
 
 _MISSING = object()

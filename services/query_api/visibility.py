@@ -38,6 +38,8 @@ VISIBLE_DOC_IDS = "SELECT d.doc_id FROM documents d WHERE " + DOC_VISIBLE  # noq
 DOC_MATCHES = (
     "(d.occurred_at >= coalesce(CAST(:f_from AS timestamptz), '-infinity'::timestamptz)"
     " AND d.occurred_at < coalesce(CAST(:f_until AS timestamptz), 'infinity'::timestamptz)"
+    # The indexable pre-filter first (documents_metadata_path, alembic 0024), then the rule.
+    " AND (CAST(:f_path AS jsonpath) IS NULL OR d.metadata @? CAST(:f_path AS jsonpath))"
     " AND (CAST(:f_meta AS jsonb) IS NULL"
     " OR kgstream_doc_matches(d.metadata, CAST(:f_meta AS jsonb)))"
     # A fact-time window: the document states a fact that held in it (alembic 0023). An empty

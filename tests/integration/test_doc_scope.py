@@ -37,6 +37,9 @@ STRINGS = st.sampled_from(
         "Nov 24 2023",
         "2023-11-24Z",
         "20231124",
+        'say "hi"',  # quotes, a backslash, a tab and beyond the BMP in the jsonpath pre-filter
+        "back\\slash\t",
+        "Zürich 😀",
     ]
 )
 NUMBERS = st.one_of(st.integers(-3, 12), st.sampled_from([0.5, 2.5, 7.0, 1e3]))
