@@ -23,23 +23,6 @@ _NEAREST = (
 ITERATIVE_SCAN = "SET LOCAL hnsw.iterative_scan = strict_order"
 _BY_DISTANCE = " ORDER BY c.embedding <=> CAST(:q AS vector) LIMIT :k"
 _VECTOR = Filtered.of(_NEAREST + _BY_DISTANCE, _NEAREST + " WHERE " + DOC_VISIBLE + _BY_DISTANCE)
-# A query scoped to few chunks ranks them exactly instead: the HNSW scan drops what the scope
-# excludes and scans on until k pass, so its cost grows as the scope narrows. At most as many
-# chunks as pgvector's iterative scan may visit (hnsw.max_scan_tuples, 20,000 by default): an
-# exact ranking of them computes no more distances than that scan may. `+ 0` keeps the index
-# out of the exact form; the count stops at the bound.
-EXACT_SCAN_MAX_CHUNKS = 20_000
-_IN_SCOPE = Filtered.of(
-    "SELECT count(*) FROM (SELECT 1 FROM chunks c LIMIT :cap) s",  # unscoped: never asked
-    "SELECT count(*) FROM (SELECT 1 FROM chunks c JOIN documents d USING (doc_id) WHERE "  # noqa: S608 - DOC_VISIBLE is a constant
-    + DOC_VISIBLE
-    + " LIMIT :cap) s",
-)
-_EXACT = Filtered.of(
-    _NEAREST + " ORDER BY (c.embedding <=> CAST(:q AS vector)) + 0, c.id LIMIT :k",
-    _NEAREST + " WHERE " + DOC_VISIBLE + " ORDER BY (c.embedding <=> CAST(:q AS vector)) + 0, c.id"
-    " LIMIT :k",
-)
 _SIMILARITIES = "SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"
 _SIMILAR = Filtered.of(_SIMILARITIES, _SIMILARITIES + " AND doc_id IN (" + VISIBLE_DOC_IDS + ")")
 _CHUNKS = (
@@ -63,18 +46,11 @@ class ScoredChunk:
 async def vector_search(
     conn: AsyncConnection, query_embedding: Sequence[float], k: int, *, caller: Caller
 ) -> list[ScoredChunk]:
-    """The k chunks nearest the query embedding (live documents the caller can see); ranked
-    exactly when the query's scope holds at most EXACT_SCAN_MAX_CHUNKS of them."""
-    values = {"q": vector_literal(query_embedding), "k": k}
-    if caller.scope is not None:
-        cap = {"cap": EXACT_SCAN_MAX_CHUNKS + 1}
-        if await conn.scalar(*_IN_SCOPE.bind(caller, cap)) <= EXACT_SCAN_MAX_CHUNKS:
-            rows = await conn.execute(*_EXACT.bind(caller, values))
-            return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]
+    """The k chunks nearest the query embedding (live documents the caller can see)."""
     await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
     if not caller.unfiltered:
         await _scan_until_k(conn)
-    rows = await conn.execute(*_VECTOR.bind(caller, values))
+    rows = await conn.execute(*_VECTOR.bind(caller, {"q": vector_literal(query_embedding), "k": k}))
     return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]
 
 
