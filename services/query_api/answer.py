@@ -38,6 +38,11 @@ REDUCE_SYSTEM = with_data_rule(
 )
 
 
+def not_held(sources: Sequence[str]) -> str:
+    """The answer to a question that attributes its facts to sources no document is from."""
+    return f"{DONT_KNOW}: no document here is from {', '.join(sources)}."
+
+
 def abstains(answer: str) -> bool:
     """Whether an answer says the passages do not answer (no passage, or nothing in them)."""
     return answer == NO_ANSWER or answer.startswith(DONT_KNOW)

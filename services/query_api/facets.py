@@ -20,6 +20,14 @@ grounded to the one facet with the most named values (ties: the facet with fewer
 values, the more facet-like), as "any of" those values: naming a source and an author does not
 require both of one document, since a name can be quoted rather than authored.
 
+**Sources the collection does not hold.** A question that attributes its facts to a named
+source ("a Bloomberg article", "a report by Reuters", "another by Forbes": capitalised words
+before a word for a piece of writing, or after "from / by" one, "reported by", "published
+by") that no facet value's form names, asked of documents that have facets, asks for what the
+collection does not hold: the answer says it does not know (services/query_api/service.py).
+Known values' words are masked first, longest first, so a section of a known source ("Life and
+Style" of "The Independent - Life and Style") is not a new name.
+
 **Whose values.** A caller's question is grounded to the values of its own tenant's documents
 (the operator's, to every tenant's), so no tenant's documents steer or reveal another's; within
 a tenant, the note the response carries names the question's own words that were grounded, not
@@ -57,6 +65,41 @@ _SEPARATORS = re.compile(r"\s+(?:\||-|–|—|:)\s+")
 # A key a filter can name as itself: no dot (a filter reads a dot as a nested path).
 _KEY = re.compile(r"^[^.\x00-\x1f\x7f]{1,200}$")
 _CAPITAL = re.compile(r"[A-Z]")
+
+# Who a question says its facts come from: a name (capitalised words, "The" allowed) before a
+# word for a piece of writing, or after "from / by" one (or "another / one from, by, in"), or
+# after "reported by" or "published by" ("according to" names people as often as sources).
+_NAME = r"['‘\"]?(?P<name>(?:The\s+)?[A-Z][\w&.’-]*(?:\s+(?:of\s+)?[A-Z][\w&.’-]*)*)['’\"]?"
+_WORK = r"(?:article|report|piece|review|story|coverage|post|analysis|column|editorial)s?"
+_ATTRIBUTED = (
+    re.compile(rf"(?<!['’\w]){_NAME}\s+{_WORK}\b"),
+    re.compile(rf"\b{_WORK}\s+(?:from|by)\s+{_NAME}"),
+    re.compile(rf"\b(?:another|one)\s+(?:from|by|in)\s+{_NAME}"),  # "another [article] by X"
+    re.compile(rf"\b(?:reported|published)\s+by\s+{_NAME}"),
+)
+_CALENDAR = frozenset(
+    [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ]
+)
 
 _VOCABULARY = text(
     "WITH v AS (SELECT d.tenant, e.key, e.value #>> '{}' AS value, count(*) AS n"
@@ -134,6 +177,36 @@ class Vocabulary:
     def visible_to(self, caller: Caller) -> Named:
         """The values of the caller's tenant (the operator's: every tenant's)."""
         return self.everyone if caller.admin else self.named.get(caller.tenant, {})
+
+    def unknown_sources(self, question: str, caller: Caller) -> list[str]:
+        """The names a question attributes its facts to ("a Bloomberg article", "a report by
+        Reuters", "another by Forbes") that no value of the caller's facets has as a
+        form, when the caller's documents have facets at all: what the collection does not
+        hold (see the module docstring)."""
+        named = self.visible_to(caller)
+        if not named:
+            return []
+        masked = question
+        # A known value's words are not an unknown name's; the longest forms first, so that a
+        # section ("FOX News - Health") is masked whole before its head ("FOX News").
+        for form in sorted({f for by_form in named.values() for f in by_form}, key=len)[::-1]:
+            if form in masked:
+                masked = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", " ; ", masked)
+        found: list[str] = []
+        for pattern in _ATTRIBUTED:
+            for m in pattern.finditer(masked):
+                name = m.group("name").strip().strip("'‘’\"")
+                bare = name[4:] if name.startswith("The ") else name
+                if (
+                    len(bare) < MIN_FORM_CHARS
+                    or bare.endswith(("'s", "’s"))
+                    or bare.lower() in FUNCTION_WORDS
+                    or bare.split()[0] in _CALENDAR
+                    or name in found
+                ):
+                    continue
+                found.append(name)
+        return found
 
     def ground(self, question: str, caller: Caller) -> Grounding | None:
         """What the question's named values make (None when it names none)."""

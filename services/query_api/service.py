@@ -170,9 +170,13 @@ class QueryService:
                 spans=spans,
                 snapshot_id=snapshot_id,
             )
-            grounded = None
-            if scope is None and self.config.ground_metadata:
-                grounded = (await self.facets.get(conn)).ground(req.question, reader)
+            grounded, unheld = None, []
+            if self.config.ground_metadata:
+                vocabulary = await self.facets.get(conn)
+                # Sources the question names that no document of the caller's is from.
+                unheld = vocabulary.unknown_sources(req.question, reader)
+                if scope is None:
+                    grounded = vocabulary.ground(req.question, reader)
             result = await retrieve(
                 caller=scoped(reader, grounded.filters if grounded is not None else None)
             )
@@ -184,11 +188,22 @@ class QueryService:
                     result = await retrieve(caller=reader)
             if result.mode != "global":  # the offline answer (or an LLM's fallback) reads them
                 result.mentions = await context_mentions(conn, answer_contexts(result))
-        if result.mode == "local" and self.llm is not None and self.config.local_followups:
+        if (
+            result.mode == "local"
+            and self.llm is not None
+            and self.config.local_followups
+            and not unheld
+        ):
             await self._follow_up(self.llm, req, result, usage, caller)  # outside the read
         t_retrieve = time.perf_counter()
         try:
-            text_answer, support = await self._answer(req, result, usage) if answer else ("", "")
+            if answer and unheld:  # no LLM call: nothing here can answer it
+                result.notes.append(f"not held: no document is from {', '.join(unheld)}")
+                text_answer, support = answers.not_held(unheld), ""
+            else:
+                text_answer, support = (
+                    await self._answer(req, result, usage) if answer else ("", "")
+                )
         except Exception as exc:  # noqa: BLE001 - a failed LLM still leaves the passages
             result.notes.append(f"LLM answer failed ({type(exc).__name__}); extractive answer")
             text_answer, support = _offline_answer(req, result)

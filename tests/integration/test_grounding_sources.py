@@ -101,6 +101,23 @@ async def test_nothing_answers_in_the_named_source_then_read_as_asked(
     assert "The Daily Planet" not in {source[c.doc_id] for c in resp.contexts}
 
 
+@pytest.mark.parametrize("mode", ["vector", "local", "auto"])
+async def test_a_source_no_document_is_from_is_not_answered(
+    service: tuple[QueryService, dict[str, str]], mode: str
+) -> None:
+    """A question that attributes its facts to a source the collection does not hold says it
+    does not know (the passages are still returned); one that names a held source answers."""
+    svc, _ = service
+    unheld = "What did a Bloomberg report and an article by Reuters say about Leland?"
+    resp = await svc.query(QueryRequest(question=unheld, mode=mode, k=5), Caller())
+    assert resp.abstained
+    assert resp.answer.startswith("I don't know: no document here is from Bloomberg, Reuters")
+    assert "not held: no document is from Bloomberg, Reuters" in resp.notes
+    held = "What did a Gotham Gazette report say about Leland?"
+    answered = await svc.query(QueryRequest(question=held, mode=mode, k=5), Caller())
+    assert not answered.abstained, answered.answer
+
+
 async def test_the_callers_filters_win(service: tuple[QueryService, dict[str, str]]) -> None:
     svc, source = service
     req = QueryRequest.model_validate(

@@ -89,3 +89,23 @@ def test_the_note_names_the_questions_words_not_the_values() -> None:
 
 def test_keys_a_filter_reads_as_paths_are_left_out() -> None:
     assert "og.site" not in VOCABULARY.visible_to(Caller())
+
+
+def test_sources_the_collection_does_not_hold() -> None:
+    ask = VOCABULARY.unknown_sources
+    anyone = Caller()
+    assert ask("Considering a Bloomberg article and a report by Reuters on Mexico?", anyone) == [
+        "Bloomberg",
+        "Reuters",
+    ]
+    assert ask("What did an article by The Verge and another by Forbes say?", anyone) == ["Forbes"]
+    assert ask("What was published by The Wall Street Journal?", anyone) == [
+        "The Wall Street Journal"
+    ]
+    # Held sources, their sections and their heads are not unknown; nor are possessives,
+    # months, people "according to" whom, or a tenant without facets.
+    assert ask("Did the FOX News - Health article and the Cnbc report agree?", anyone) == []
+    assert ask("Did the TechCrunch report on Spill's platform differ?", anyone) == []
+    assert ask("What did the October report by TechCrunch say?", anyone) == []
+    assert ask("Which company, according to Eddy Cue, pays?", anyone) == []
+    assert ask("What did a Bloomberg article say?", Caller(tenant="t9")) == []
