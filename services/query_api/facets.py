@@ -53,6 +53,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
+from services.core.time_spans import MONTH_NAMES
 from services.query_api.answer_span import FUNCTION_WORDS
 from services.query_api.filters import MAX_VALUES, Filters
 
@@ -78,27 +79,7 @@ _ATTRIBUTED = (
     re.compile(rf"\b(?:reported|published)\s+by\s+{_NAME}"),
 )
 _CALENDAR = frozenset(
-    [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-    ]
+    (*MONTH_NAMES, "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 )
 
 _VOCABULARY = text(
