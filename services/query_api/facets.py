@@ -23,7 +23,8 @@ require both of one document, since a name can be quoted rather than authored.
 **Sources the collection does not hold.** A question that attributes its facts to a named
 source ("a Bloomberg article", "a report by Reuters", "another by Forbes": capitalised words
 before a word for a piece of writing, or after "from / by" one, "reported by", "published
-by") that no facet value's form names, asked of documents that have facets, asks for what the
+by") that no facet value's form names, asked of documents with a facet of names in words
+(most values with a lower-case letter: "The Verge", not a code such as "P466"), asks for what the
 collection does not hold: the answer says it does not know (services/query_api/service.py).
 Known values' words are masked first, longest first, so a section of a known source ("Life and
 Style" of "The Independent - Life and Style") is not a new name.
@@ -71,16 +72,15 @@ _CAPITAL = re.compile(r"[A-Z]")
 # word for a piece of writing, or after "from / by" one (or "another / one from, by, in"), or
 # after "reported by" or "published by" ("according to" names people as often as sources).
 _NAME = r"['‘\"]?(?P<name>(?:The\s+)?[A-Z][\w&.’-]*(?:\s+(?:of\s+)?[A-Z][\w&.’-]*)*)['’\"]?"
-_WORK = r"(?:article|report|piece|review|story|coverage|post|analysis|column|editorial)s?"
+_WORK = r"(?:article|report|piece|review|story|coverage|post|analysis|column|editorial)s?(?![-\w])"
 _ATTRIBUTED = (
     re.compile(rf"(?<!['’\w]){_NAME}\s+{_WORK}\b"),
     re.compile(rf"\b{_WORK}\s+(?:from|by)\s+{_NAME}"),
     re.compile(rf"\b(?:another|one)\s+(?:from|by|in)\s+{_NAME}"),  # "another [article] by X"
     re.compile(rf"\b(?:reported|published)\s+by\s+{_NAME}"),
 )
-_CALENDAR = frozenset(
-    (*MONTH_NAMES, "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-)
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_CALENDAR = frozenset((*MONTH_NAMES, *_DAYS, *(m[:3] for m in MONTH_NAMES), "Sept"))
 
 _VOCABULARY = text(
     "WITH v AS (SELECT d.tenant, e.key, e.value #>> '{}' AS value, count(*) AS n"
@@ -134,6 +134,9 @@ class Vocabulary:
     named: Mapping[str | None, Named]
     sizes: Mapping[str, int]
     everyone: Named = field(default_factory=dict)  # every tenant's: the operator's view
+    # Fields whose values are mostly names in words (a lower-case letter: "The Verge",
+    # "TechCrunch"), not codes ("P466"): the fields a question can name a source of.
+    worded: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, rows: Iterable[tuple[str | None, str, str, int]]) -> Vocabulary:
@@ -145,15 +148,21 @@ class Vocabulary:
         merged: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         sizes: dict[str, int] = {}
         kept: dict[tuple[str | None, str], int] = defaultdict(int)
+        words: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # key -> [worded, values]
         for tenant, key, value, distinct in rows:
             if not _KEY.match(key) or kept[tenant, key] >= MAX_VALUES_PER_FIELD:
                 continue
             sizes[key] = distinct
             kept[tenant, key] += 1
+            words[key][0] += any(ch.islower() for ch in value)
+            words[key][1] += 1
             for form in forms(value):
                 named[tenant][key][form].add(value)
                 merged[key][form].add(value)
-        return cls({t: _frozen(fields) for t, fields in named.items()}, sizes, _frozen(merged))
+        worded = frozenset(k for k, (w, n) in words.items() if 2 * w > n)
+        return cls(
+            {t: _frozen(fields) for t, fields in named.items()}, sizes, _frozen(merged), worded
+        )
 
     def visible_to(self, caller: Caller) -> Named:
         """The values of the caller's tenant (the operator's: every tenant's)."""
@@ -165,8 +174,8 @@ class Vocabulary:
         form, when the caller's documents have facets at all: what the collection does not
         hold (see the module docstring)."""
         named = self.visible_to(caller)
-        if not named:
-            return []
+        if not self.worded & set(named):
+            return []  # no field of names in words: nothing says which sources exist
         masked = question
         # A known value's words are not an unknown name's; the longest forms first, so that a
         # section ("FOX News - Health") is masked whole before its head ("FOX News").

@@ -109,3 +109,13 @@ def test_sources_the_collection_does_not_hold() -> None:
     assert ask("What did the October report by TechCrunch say?", anyone) == []
     assert ask("Which company, according to Eddy Cue, pays?", anyone) == []
     assert ask("What did a Bloomberg article say?", Caller(tenant="t9")) == []
+
+
+def test_codes_say_nothing_about_which_sources_exist() -> None:
+    codes = Vocabulary.of([(None, "property", p, 3) for p in ("P466", "P54", "P108")])
+    question = "What was the Greenbelt News review called from Nov 1937 to Jul 1954?"
+    assert codes.unknown_sources(question, Caller()) == []  # "P466" is no name in words
+    worded = VOCABULARY.unknown_sources
+    assert worded(question, Caller()) == ["Greenbelt News"]  # ("Nov" is a month)
+    # A word for writing inside a longer word is not one ("post-impressionist").
+    assert worded("Where did the Russian post-impressionist painter work?", Caller()) == []
