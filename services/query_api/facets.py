@@ -47,7 +47,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
@@ -200,7 +200,6 @@ class Vocabulary:
 
     def ground(self, question: str, caller: Caller) -> Grounding | None:
         """What the question's named values make (None when it names none)."""
-        best: tuple[int, int, str] | None = None
         found: dict[str, tuple[set[str], set[str]]] = {}
         for key, by_form in self.visible_to(caller).items():
             spans = [
@@ -215,15 +214,46 @@ class Vocabulary:
             if not values or len(values) > MAX_VALUES:  # none, or too many to say which
                 continue
             found[key] = (values, {s[2] for s in kept})
-            rank = (len(values), -self.sizes.get(key, 0), key)
-            if best is None or rank > best:
-                best = rank
-        if best is None:
+        return self._grounding(found)
+
+    def ground_names(self, names: Sequence[str], caller: Caller) -> Grounding | None:
+        """What the sources an LLM classifier read in the question make: each name taken as a
+        form of a value, case and a leading "The" aside (None when none is one)."""
+        found: dict[str, tuple[set[str], set[str]]] = {}
+        for key, by_form in self.visible_to(caller).items():
+            folded: dict[str, set[str]] = defaultdict(set)
+            for form, of_form in by_form.items():
+                folded[_fold(form)] |= of_form
+            hits = [(n, folded[_fold(n)]) for n in names if _fold(n) in folded]
+            named = {v for _, vs in hits for v in vs}
+            if named and len(named) <= MAX_VALUES:
+                found[key] = (named, {n for n, _ in hits})
+        return self._grounding(found)
+
+    def unheld_names(self, names: Sequence[str], caller: Caller) -> list[str]:
+        """Of the sources an LLM classifier read in the question, those no value of the
+        caller's facets is (as ``unknown_sources`` judges the rule's names)."""
+        named = self.visible_to(caller)
+        if not self.worded & set(named):
+            return []
+        known = {_fold(form) for by_form in named.values() for form in by_form}
+        return [n for n in names if _fold(n) not in known]
+
+    def _grounding(self, found: Mapping[str, tuple[set[str], set[str]]]) -> Grounding | None:
+        """The one field with the most named values (ties: fewer distinct values), as any of
+        them."""
+        if not found:
             return None
-        key = best[2]
+        key = max(found, key=lambda k: (len(found[k][0]), -self.sizes.get(k, 0), k))
         values, names = found[key]
         filters = Filters.model_validate({"metadata": {key: sorted(values)}})
         return Grounding(filters, key, tuple(sorted(names)))
+
+
+def _fold(name: str) -> str:
+    """A name as a classifier may write it: case, spacing and a leading "The" aside."""
+    words = name.casefold().split()
+    return " ".join(words[1:] if words[:1] == ["the"] and len(words) > 1 else words)
 
 
 def _frozen(fields: Mapping[str, Mapping[str, set[str]]]) -> Named:

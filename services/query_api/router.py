@@ -1,6 +1,8 @@
 """The auto mode's router. Heuristics by default (pure, no I/O): path words with two named
 things → path; theme words → global; relationship words or a named entity → local; else
-vector. With an LLM configured, a classifier decides and the heuristic is the fallback."""
+vector. With an LLM configured, a classifier decides and the heuristic is the fallback; the
+classifier also names the sources the question says its facts come from, which the service
+grounds or finds missing against the documents' facets (services/query_api/facets.py)."""
 
 from __future__ import annotations
 
@@ -31,11 +33,14 @@ _RELATIONSHIP = re.compile(
 _NAME = re.compile(r"(?<!^)(?<![.?!]\s)\b[A-Z][\w'’-]+")
 
 ROUTER_SYSTEM = (
-    'Route a question to a retrieval mode. Answer JSON {"mode": M, "reason": R} with M one '
-    "of: vector (a fact in one passage), local (facts about named entities and their "
-    "relations, multi-hop), global (themes or summaries across the whole collection), path "
-    "(how two named entities are connected)."
+    'Route a question to a retrieval mode. Answer JSON {"mode": M, "reason": R, "sources": S} '
+    "with M one of: vector (a fact in one passage), local (facts about named entities and "
+    "their relations, multi-hop), global (themes or summaries across the whole collection), "
+    "path (how two named entities are connected); and S the publications, outlets or authors "
+    "the question says its facts come from, each as written in the question ([] if none)."
 )
+MAX_NAMED_SOURCES = 10
+MAX_SOURCE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Route:
 
     mode: Mode
     reason: str
+    sources: tuple[str, ...] = ()  # the classifier's: where the question says facts come from
 
 
 def names_something(question: str) -> bool:
@@ -70,7 +76,15 @@ def parse_llm_route(reply: ChatReply) -> Route | None:
         return None
     mode = data.get("mode") if isinstance(data, dict) else None
     if mode in ("vector", "local", "global", "path"):
-        return Route(mode, f"LLM: {str(data.get('reason', ''))[:200]}")
+        named = data.get("sources")
+        sources = tuple(
+            dict.fromkeys(
+                n.strip()
+                for n in (named if isinstance(named, list) else [])[:MAX_NAMED_SOURCES]
+                if isinstance(n, str) and 0 < len(n.strip()) <= MAX_SOURCE_CHARS
+            )
+        )
+        return Route(mode, f"LLM: {str(data.get('reason', ''))[:200]}", sources)
     return None
 
 

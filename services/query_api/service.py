@@ -29,6 +29,7 @@ from services.query_api import monitoring, router
 from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.facets import FacetCache
+from services.query_api.facets import Grounding as SourceGrounding
 from services.query_api.filters import scoped
 from services.query_api.global_mode import global_retrieve
 from services.query_api.grounding import Grounding, ground
@@ -156,7 +157,7 @@ class QueryService:
         usage = Usage()
         caller = scoped(caller, req.filters)  # every read below sees only what they admit
         scope = caller.scope
-        mode, routed_why, arm = await self._mode(req, usage)
+        mode, routed_why, arm, named = await self._mode(req, usage)
         t_route = time.perf_counter()
         embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
@@ -170,13 +171,9 @@ class QueryService:
                 spans=spans,
                 snapshot_id=snapshot_id,
             )
-            grounded, unheld = None, []
-            if self.config.ground_metadata:
-                vocabulary = await self.facets.get(conn)
-                # Sources the question names that no document of the caller's is from.
-                unheld = vocabulary.unknown_sources(req.question, reader)
-                if scope is None:
-                    grounded = vocabulary.ground(req.question, reader)
+            grounded, unheld = await self._sources(conn, req.question, named, reader)
+            if scope is not None:
+                grounded = None  # the caller's own filters win
             result = await retrieve(
                 caller=scoped(reader, grounded.filters if grounded is not None else None)
             )
@@ -285,17 +282,35 @@ class QueryService:
             async with self.read(Wanted.of(req)) as (conn, _):
                 result.mentions = await context_mentions(conn, answer_contexts(result))
 
-    async def _mode(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str, Arm]:
-        """The mode, why it was chosen, and the A/B arm (monitoring.py)."""
-        if req.mode != "auto":
-            return req.mode, "", "requested"
-        mode, why = await self._route(req, usage)
-        if self.config.ab_share and self.draw() < self.config.ab_share:
-            other = monitoring.ab_swap(mode)
-            return other, f"{why}; A/B: swapped to {other} (KGSTREAM_QUERY_AB_SHARE)", "swapped"
-        return mode, why, "routed"
+    async def _sources(
+        self, conn: AsyncConnection, question: str, named: tuple[str, ...], reader: Caller
+    ) -> tuple[SourceGrounding | None, list[str]]:
+        """What the sources a question names make (its grounded filter), and those no
+        document of the caller's is from: as the LLM classifier read them when it named any,
+        else by rule (services/query_api/facets.py)."""
+        if not self.config.ground_metadata:
+            return None, []
+        vocabulary = await self.facets.get(conn)
+        if named:
+            return vocabulary.ground_names(named, reader), vocabulary.unheld_names(named, reader)
+        return vocabulary.ground(question, reader), vocabulary.unknown_sources(question, reader)
 
-    async def _route(self, req: QueryRequest, usage: Usage) -> tuple[Mode, str]:
+    async def _mode(
+        self, req: QueryRequest, usage: Usage
+    ) -> tuple[Mode, str, Arm, tuple[str, ...]]:
+        """The mode, why it was chosen, the A/B arm (monitoring.py), and the sources an LLM
+        classifier read in the question (none without one)."""
+        if req.mode != "auto":
+            return req.mode, "", "requested", ()
+        route = await self._route(req, usage)
+        why = f"auto → {route.mode}: {route.reason}"
+        if self.config.ab_share and self.draw() < self.config.ab_share:
+            other = monitoring.ab_swap(route.mode)
+            swapped = f"{why}; A/B: swapped to {other} (KGSTREAM_QUERY_AB_SHARE)"
+            return other, swapped, "swapped", route.sources
+        return route.mode, why, "routed", route.sources
+
+    async def _route(self, req: QueryRequest, usage: Usage) -> router.Route:
         if self.llm is not None:
             try:
                 route, reply = await self.run_blocking(router.llm_route, self.llm, req.question)
@@ -303,9 +318,8 @@ class QueryService:
                 route, reply = None, None
             self._count(usage, reply, "route")
             if route is not None:
-                return route.mode, f"auto → {route.mode}: {route.reason}"
-        route = router.heuristic_route(req.question)
-        return route.mode, f"auto → {route.mode}: {route.reason}"
+                return route
+        return router.heuristic_route(req.question)
 
     async def _retrieve(
         self,

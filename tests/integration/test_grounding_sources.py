@@ -16,11 +16,14 @@ from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
+from services.core.llm.client import process_client
 from services.core.settings import Settings
+from services.query_api import router
 from services.query_api.facets import FacetCache
 from services.query_api.schemas import QueryRequest
 from services.query_api.service import QueryService, build_query_service
 from tests.conftest import Infra
+from tests.support.openai_stub import OpenAIStub
 from tests.support.query_fixtures import clone_database
 
 pytestmark = pytest.mark.integration
@@ -28,13 +31,9 @@ SOURCES = ("The Daily Planet", "Gotham Gazette | City News", "Metropolis Weekly"
 
 
 @pytest.fixture
-async def service(
-    community_db: str,
-    infra: Infra,
-    embedder: OnnxMiniLmEmbedder,
-    extractor: SpacyExtractor,
-    cpu_pool: ThreadPoolExecutor,
-) -> AsyncIterator[tuple[QueryService, dict[str, str]]]:
+async def sourced(community_db: str) -> tuple[str, dict[str, str]]:
+    """A copy of the sample database whose documents have sources (every other one
+    restricted): its URL and each document's source."""
     url = clone_database(community_db, community_db.rsplit("/", 1)[1])
     engine = make_engine(url)
     async with engine.begin() as conn:
@@ -54,6 +53,20 @@ async def service(
                 for i, (d, s) in enumerate(sorted(source.items()))
             ],
         )
+    await engine.dispose()
+    return url, source
+
+
+@pytest.fixture
+async def service(
+    sourced: tuple[str, dict[str, str]],
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> AsyncIterator[tuple[QueryService, dict[str, str]]]:
+    url, source = sourced
+    engine = make_engine(url)
     settings = Settings(home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap)
     yield build_query_service(settings, engine, embedder, extractor, cpu_pool), source
     await engine.dispose()
@@ -157,3 +170,56 @@ async def test_the_vocabulary_is_read_again_in_the_background(
         if cache._refresh is not None:  # ttl 0: the next read has started already
             await cache._refresh
     assert "Metropolis" in fresh.visible_to(Caller())["source"]
+
+
+CLASSIFIED = {  # question -> the sources the stub classifier reads in it
+    "What does the gazette of Gotham report about the airport?": ["the gotham gazette"],
+    "What did the wire service say about Leland?": ["Bloomberg"],
+    "What did a Reuters report say about Leland?": [],
+}
+
+
+async def test_the_llm_classifier_names_the_sources(  # noqa: PLR0917 - fixtures
+    sourced: tuple[str, dict[str, str]],
+    openai_stub: OpenAIStub,
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    """With an LLM, auto mode's classifier names the question's sources: a name that is a form
+    of a value (case and "The" aside) grounds the read, one no document is from is answered
+    "I don't know" without an answer call, and none named leaves it to the rule."""
+    url, source = sourced
+
+    def chat(body: dict[str, object]) -> str:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        if messages[0]["content"] == router.ROUTER_SYSTEM:
+            named = CLASSIFIED[messages[1]["content"]]
+            return json.dumps({"mode": "vector", "reason": "one fact", "sources": named})
+        return "An answer [1]."
+
+    openai_stub.chat_handler = chat
+    settings = Settings(
+        home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap,
+        openai_base_url=openai_stub.base_url,
+    )  # fmt: skip
+    engine = make_engine(url)
+    llm = build_query_service(
+        settings, engine, embedder, extractor, cpu_pool, client=process_client(settings)
+    )
+    gotham, wire, reuters = list(CLASSIFIED)
+    grounded = await llm.query(QueryRequest(question=gotham, mode="auto", k=5), Caller())
+    assert "grounded filters: source named 'the gotham gazette'" in grounded.notes
+    assert {source[c.doc_id] for c in grounded.contexts} == {"Gotham Gazette | City News"}
+    assert not grounded.abstained
+    calls = len(openai_stub.requests_to("/chat/completions"))
+    unheld = await llm.query(QueryRequest(question=wire, mode="auto", k=5), Caller())
+    assert unheld.abstained
+    assert unheld.answer == "I don't know: no document here is from Bloomberg."
+    assert len(openai_stub.requests_to("/chat/completions")) == calls + 1  # the router only
+    by_rule = await llm.query(QueryRequest(question=reuters, mode="auto", k=5), Caller())
+    assert by_rule.abstained
+    assert "Reuters" in by_rule.answer
+    await engine.dispose()

@@ -152,6 +152,15 @@ def test_llm_route_parsing() -> None:
     assert route.mode == "global"
     assert parse_llm_route(ChatReply('{"mode": "nonsense"}')) is None
     assert parse_llm_route(ChatReply("not json")) is None
+    assert route.sources == ()
+    named = parse_llm_route(
+        ChatReply(
+            '{"mode": "vector", "reason": "r", "sources": ["The Verge", " The Verge ", 3, "",'
+            f' "{"x" * 201}", "Wired"]}}'
+        )
+    )
+    assert named is not None
+    assert named.sources == ("The Verge", "Wired")  # strings, trimmed, once, bounded
 
 
 def test_lexical_helpers() -> None:
