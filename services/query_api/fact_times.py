@@ -45,7 +45,12 @@ _OF_TYPE = (
     " AND ev.sentence = t.sentence AND r.type = CAST(:type AS text)"
     " AND (CAST(:e AS bigint) IS NULL OR :e IN (r.source_id, r.target_id))))"
 )
-_ORDER = " ORDER BY t.valid_from NULLS FIRST, t.valid_to NULLS LAST, t.id LIMIT :n"
+# The narrowest spans first (the facts most specific to the window; an open side last), then
+# the earliest.
+_ORDER = (
+    " ORDER BY t.valid_to - t.valid_from NULLS LAST, t.valid_from NULLS FIRST, t.valid_to,"
+    " t.id LIMIT :n"
+)
 # The entity's sentences: the ones that mention it, and the evidence of its relationships.
 _OF_ENTITY = (
     "SELECT t.id FROM mentions m JOIN fact_times t"
@@ -113,8 +118,8 @@ async def read_facts(
     rel_type: str | None = None,
     limit: int = 50,
 ) -> list[TimedFact]:
-    """The time-scoped facts of an entity (or of the whole graph) in ``window``, earliest
-    first, each with the entities and relationships its sentence states."""
+    """The time-scoped facts of an entity (or of the whole graph) in ``window``, the
+    narrowest spans first, each with the entities and relationships its sentence states."""
     values = {**window.values(), "e": entity_id, "type": rel_type, "n": min(limit, MAX_FACTS)}
     read = BY_TIME if entity_id is None else BY_ENTITY
     rows = (await conn.execute(*read.bind(caller, values))).all()

@@ -160,7 +160,8 @@ async def facts(
     limit: Annotated[int, Query(ge=1, le=MAX_FACTS)] = 50,
 ) -> FactsResponse:
     """Time-scoped facts (what a sentence states and when it held) of an entity or of the
-    graph: those holding on a day (``at``) or meeting days ``[from, to]``, earliest first."""
+    graph: those holding on a day (``at``) or meeting days ``[from, to]``, the narrowest
+    spans first."""
     return await ops.facts(entity, at, since, until, rel_type, limit, caller)
 
 

@@ -256,7 +256,8 @@ class TimedFact(BaseModel):
 
 
 class FactsResponse(BaseModel):
-    """Time-scoped facts of an entity (or of the graph) in a window, earliest first."""
+    """Time-scoped facts of an entity (or of the graph) in a window, the narrowest spans
+    first (the most specific to the window), then the earliest."""
 
     entity: EntitySummary | None = None
     facts: list[TimedFact]
