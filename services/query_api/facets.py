@@ -23,11 +23,12 @@ require both of one document, since a name can be quoted rather than authored.
 **Sources the collection does not hold.** A question that attributes its facts to a named
 source ("a Bloomberg article", "a report by Reuters", "another by Forbes": capitalised words
 before a word for a piece of writing, or after "from / by" one, "reported by", "published
-by") that no facet value's form names, asked of documents with a facet of names in words
-(most values with a lower-case letter: "The Verge", not a code such as "P466"), asks for what the
-collection does not hold: the answer says it does not know (services/query_api/service.py).
-Known values' words are masked first, longest first, so a section of a known source ("Life and
-Style" of "The Independent - Life and Style") is not a new name.
+by") that no facet value's form names and no document the caller may read mentions (as an
+entity's alias), asked of documents with a facet of names in words (most values with a
+lower-case letter: "The Verge", not a code such as "P466"), asks for what the collection does
+not hold: the answer says it does not know (services/query_api/service.py). Known values' words
+are masked first, longest first, so a section of a known source ("Life and Style" of "The
+Independent - Life and Style") is not a new name.
 
 **Whose values.** A caller's question is grounded to the values of its own tenant's documents
 (the operator's, to every tenant's), so no tenant's documents steer or reveal another's; within
@@ -54,9 +55,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.core.access import Caller
+from services.core.normalize import entity_key
 from services.core.time_spans import MONTH_NAMES
 from services.query_api.answer_span import FUNCTION_WORDS
 from services.query_api.filters import MAX_VALUES, Filters
+from services.query_api.visibility import Filtered, alias_visible
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +251,26 @@ class Vocabulary:
         values, names = found[key]
         filters = Filters.model_validate({"metadata": {key: sorted(values)}})
         return Grounding(filters, key, tuple(sorted(names)))
+
+
+# Names the caller's documents mention (an alias of an entity they mention): a source the
+# collection talks about may be what the question means by the name, so it is not missing.
+_MENTIONED = Filtered.of(
+    "SELECT DISTINCT a.alias_key FROM aliases a WHERE a.alias_key = ANY(:keys)",
+    "SELECT DISTINCT a.alias_key FROM aliases a WHERE a.alias_key = ANY(:keys) AND "  # noqa: S608 - a constant fragment
+    + alias_visible("a"),
+)
+
+
+async def unmentioned(conn: AsyncConnection, caller: Caller, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that no document the caller may read mentions (by an entity's
+    alias, "The" aside)."""
+    if not names:
+        return []
+    keys = {n: entity_key(n[4:] if n.startswith("The ") else n) for n in names}
+    rows = await conn.execute(*_MENTIONED.bind(caller, {"keys": sorted(set(keys.values()))}))
+    seen = {str(r[0]) for r in rows.all()}
+    return [n for n in names if keys[n] not in seen]
 
 
 def _fold(name: str) -> str:

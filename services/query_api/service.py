@@ -28,7 +28,7 @@ from services.query_api import answer as answers
 from services.query_api import monitoring, router
 from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
-from services.query_api.facets import FacetCache
+from services.query_api.facets import FacetCache, unmentioned
 from services.query_api.facets import Grounding as SourceGrounding
 from services.query_api.filters import scoped
 from services.query_api.global_mode import global_retrieve
@@ -292,8 +292,13 @@ class QueryService:
             return None, []
         vocabulary = await self.facets.get(conn)
         if named:
-            return vocabulary.ground_names(named, reader), vocabulary.unheld_names(named, reader)
-        return vocabulary.ground(question, reader), vocabulary.unknown_sources(question, reader)
+            grounded = vocabulary.ground_names(named, reader)
+            unheld = vocabulary.unheld_names(named, reader)
+        else:
+            grounded = vocabulary.ground(question, reader)
+            unheld = vocabulary.unknown_sources(question, reader)
+        # A name the caller's documents mention may be what the question means: not missing.
+        return grounded, await unmentioned(conn, reader, unheld)
 
     async def _mode(
         self, req: QueryRequest, usage: Usage
