@@ -26,7 +26,9 @@ before a word for a piece of writing, or after "from / by" one, "reported by", "
 by") that no facet value's form names and no document the caller may read mentions (as an
 entity's alias), asked of documents with a facet of names in words (most values with a
 lower-case letter: "The Verge", not a code such as "P466"), asks for what the collection does
-not hold: the answer says it does not know (services/query_api/service.py). Known values' words
+not hold: the answer says it does not know (services/query_api/service.py), to a caller who
+may read every document (for another, which sources exist among documents it may not read
+would show in whether it is told so; the rule is off). Known values' words
 are masked first, longest first, so a section of a known source ("Life and Style" of "The
 Independent - Life and Style") is not a new name.
 

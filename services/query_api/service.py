@@ -297,6 +297,10 @@ class QueryService:
         else:
             grounded = vocabulary.ground(question, reader)
             unheld = vocabulary.unknown_sources(question, reader)
+        if not (reader.admin or reader.whole_corpus):
+            # Which sources exist among documents the caller may not read must not show in
+            # its answers: the rule is for callers who read every document.
+            return grounded, []
         # A name the caller's documents mention may be what the question means: not missing.
         return grounded, await unmentioned(conn, reader, unheld)
 

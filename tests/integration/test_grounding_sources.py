@@ -121,18 +121,24 @@ async def test_a_source_no_document_is_from_is_not_answered(
     """A question that attributes its facts to a source the collection does not hold says it
     does not know (the passages are still returned); one that names a held source answers."""
     svc, _ = service
+    operator = Caller.operator()  # the rule is for callers who read every document
     unheld = "What did a Bloomberg report and an article by Reuters say about Leland?"
-    resp = await svc.query(QueryRequest(question=unheld, mode=mode, k=5), Caller())
+    resp = await svc.query(QueryRequest(question=unheld, mode=mode, k=5), operator)
     assert resp.abstained
     assert resp.answer.startswith("I don't know: no document here is from Bloomberg, Reuters")
     assert "not held: no document is from Bloomberg, Reuters" in resp.notes
     held = "What did a Gotham Gazette report say about Leland?"
-    answered = await svc.query(QueryRequest(question=held, mode=mode, k=5), Caller())
+    answered = await svc.query(QueryRequest(question=held, mode=mode, k=5), operator)
     assert not answered.abstained, answered.answer
     # A name the documents mention may be what the question means: not judged missing.
     talked_of = "What did a Stephen King article say about Leland?"
-    mentioned = await svc.query(QueryRequest(question=talked_of, mode=mode, k=5), Caller())
+    mentioned = await svc.query(QueryRequest(question=talked_of, mode=mode, k=5), operator)
     assert not mentioned.abstained, mentioned.answer
+    # A caller who may not read every document is not told: whether it is would show which
+    # sources its unreadable documents are from.
+    restricted = await svc.query(QueryRequest(question=unheld, mode=mode, k=5), Caller())
+    assert not restricted.abstained, restricted.answer
+    assert not any(n.startswith("not held") for n in restricted.notes)
 
 
 async def test_the_callers_filters_win(service: tuple[QueryService, dict[str, str]]) -> None:
@@ -214,16 +220,17 @@ async def test_the_llm_classifier_names_the_sources(  # noqa: PLR0917 - fixtures
         settings, engine, embedder, extractor, cpu_pool, client=process_client(settings)
     )
     gotham, wire, reuters = list(CLASSIFIED)
-    grounded = await llm.query(QueryRequest(question=gotham, mode="auto", k=5), Caller())
+    operator = Caller.operator()
+    grounded = await llm.query(QueryRequest(question=gotham, mode="auto", k=5), operator)
     assert "grounded filters: source named 'the gotham gazette'" in grounded.notes
     assert {source[c.doc_id] for c in grounded.contexts} == {"Gotham Gazette | City News"}
     assert not grounded.abstained
     calls = len(openai_stub.requests_to("/chat/completions"))
-    unheld = await llm.query(QueryRequest(question=wire, mode="auto", k=5), Caller())
+    unheld = await llm.query(QueryRequest(question=wire, mode="auto", k=5), operator)
     assert unheld.abstained
     assert unheld.answer == "I don't know: no document here is from Bloomberg."
     assert len(openai_stub.requests_to("/chat/completions")) == calls + 1  # the router only
-    by_rule = await llm.query(QueryRequest(question=reuters, mode="auto", k=5), Caller())
+    by_rule = await llm.query(QueryRequest(question=reuters, mode="auto", k=5), operator)
     assert by_rule.abstained
     assert "Reuters" in by_rule.answer
     await engine.dispose()
