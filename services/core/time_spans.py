@@ -38,11 +38,14 @@ MONTH_NAMES = (
     "December",
 )
 _MONTHS = {m[:3].casefold(): i for i, m in enumerate(MONTH_NAMES, start=1)}
-_MONTH = (
+# A month's name, whole or short ("Sept."), and a year 1000-2099: regex parts, no groups
+# (services/query_api/time_scope.py reads questions with them too).
+MONTH_PATTERN = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
 )
-_YEAR = r"(?:1[0-9]{3}|20[0-9]{2})"
+YEAR_PATTERN = r"(?:1[0-9]{3}|20[0-9]{2})"
+_MONTH, _YEAR = MONTH_PATTERN, YEAR_PATTERN
 _DAY = r"(?:[12][0-9]|3[01]|0?[1-9])"
 _POINT = re.compile(
     rf"""\b(?:

@@ -16,7 +16,11 @@ The offline answer reads the question's span from sentences that hold in the sco
 (services/query_api/answer_span.py). A sentence without a year says nothing either way.
 Abstaining when the matching sentences of the top passages state times and none holds in the
 scope was tried and not kept: on timeqa-train it abstained on 23 of the 189 unanswerable
-questions and wrongly on 52 answerable ones (precision .31; docs/retrieval.md)."""
+questions and wrongly on 52 answerable ones (precision .31; docs/retrieval.md).
+
+Stored facts read their sentences' times with services/core/time_spans.py (days, open sides
+left open); this module keeps its own rules in years for ranking answers ("until Y" starts at
+the sentence's earliest year), measured on the dev sets as they are, and shares its patterns."""
 
 from __future__ import annotations
 
@@ -25,11 +29,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-_MONTH = (
-    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|Jun(?:e)?|Jul(?:y)?|Aug(?:ust)?"
-    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
-)
-_YEAR = r"(1[0-9]{3}|20[0-9]{2})"
+from services.core.time_spans import MONTH_PATTERN, YEAR_PATTERN
+
+_MONTH = MONTH_PATTERN
+_YEAR = rf"({YEAR_PATTERN})"  # captured: the rules below read the year
 # a year with what may come before it in a date: "2 March 1911", "Apr 1935", "March 2, 1911"
 _DATED = rf"(?:(?:\d{{1,2}}\s+)?{_MONTH}\s+(?:\d{{1,2}},?\s+)?)?{_YEAR}\b"
 _SPAN = re.compile(
