@@ -132,6 +132,25 @@ Named = Mapping[str, Mapping[str, frozenset[str]]]  # field -> form -> values
 
 
 @dataclass(frozen=True)
+class _Index:
+    """What the per-question rules read of one view of the vocabulary, built with it: every
+    form, longest first (masking known names), and per field the values each form names with
+    case and a leading "The" aside (a classifier's names)."""
+
+    longest_first: tuple[str, ...] = ()
+    folded: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, named: Named) -> _Index:
+        forms_ = sorted({f for by_form in named.values() for f in by_form}, key=len)[::-1]
+        folded: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for key, by_form in named.items():
+            for form, values in by_form.items():
+                folded[key][_fold(form)] |= values
+        return cls(tuple(forms_), _frozen(folded))
+
+
+@dataclass(frozen=True)
 class Vocabulary:
     """Per tenant (None: the untenanted documents), per facet field, the values each form
     names; and each field's number of distinct values."""
@@ -142,6 +161,8 @@ class Vocabulary:
     # Fields whose values are mostly names in words (a lower-case letter: "The Verge",
     # "TechCrunch"), not codes ("P466"): the fields a question can name a source of.
     worded: frozenset[str] = frozenset()
+    indexes: Mapping[str | None, _Index] = field(default_factory=dict)  # per tenant
+    everyone_index: _Index = field(default_factory=_Index)
 
     @classmethod
     def of(cls, rows: Iterable[tuple[str | None, str, str, int]]) -> Vocabulary:
@@ -165,13 +186,23 @@ class Vocabulary:
                 named[tenant][key][form].add(value)
                 merged[key][form].add(value)
         worded = frozenset(k for k, (w, n) in words.items() if 2 * w > n)
+        views = {t: _frozen(fields) for t, fields in named.items()}
+        everyone = _frozen(merged)
         return cls(
-            {t: _frozen(fields) for t, fields in named.items()}, sizes, _frozen(merged), worded
+            views,
+            sizes,
+            everyone,
+            worded,
+            {t: _Index.of(view) for t, view in views.items()},
+            _Index.of(everyone),
         )
 
     def visible_to(self, caller: Caller) -> Named:
         """The values of the caller's tenant (the operator's: every tenant's)."""
         return self.everyone if caller.admin else self.named.get(caller.tenant, {})
+
+    def _index(self, caller: Caller) -> _Index:
+        return self.everyone_index if caller.admin else self.indexes.get(caller.tenant, _Index())
 
     def unknown_sources(self, question: str, caller: Caller) -> list[str]:
         """The names a question attributes its facts to ("a Bloomberg article", "a report by
@@ -184,7 +215,7 @@ class Vocabulary:
         masked = question
         # A known value's words are not an unknown name's; the longest forms first, so that a
         # section ("FOX News - Health") is masked whole before its head ("FOX News").
-        for form in sorted({f for by_form in named.values() for f in by_form}, key=len)[::-1]:
+        for form in self._index(caller).longest_first:
             if form in masked:
                 masked = re.sub(rf"(?<!\w){re.escape(form)}(?!\w)", " ; ", masked)
         found: list[str] = []
@@ -225,10 +256,7 @@ class Vocabulary:
         """What the sources an LLM classifier read in the question make: each name taken as a
         form of a value, case and a leading "The" aside (None when none is one)."""
         found: dict[str, tuple[set[str], set[str]]] = {}
-        for key, by_form in self.visible_to(caller).items():
-            folded: dict[str, set[str]] = defaultdict(set)
-            for form, of_form in by_form.items():
-                folded[_fold(form)] |= of_form
+        for key, folded in self._index(caller).folded.items():
             hits = [(n, folded[_fold(n)]) for n in names if _fold(n) in folded]
             named = {v for _, vs in hits for v in vs}
             if named and len(named) <= MAX_VALUES:
@@ -241,8 +269,8 @@ class Vocabulary:
         named = self.visible_to(caller)
         if not self.worded & set(named):
             return []
-        known = {_fold(form) for by_form in named.values() for form in by_form}
-        return [n for n in names if _fold(n) not in known]
+        folded = self._index(caller).folded
+        return [n for n in names if not any(_fold(n) in by_form for by_form in folded.values())]
 
     def _grounding(self, found: Mapping[str, tuple[set[str], set[str]]]) -> Grounding | None:
         """The one field with the most named values (ties: fewer distinct values), as any of
