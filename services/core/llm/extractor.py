@@ -293,8 +293,11 @@ def _to_extraction(text: str, outputs: Sequence[_Output], usage: TokenUsage | No
                 )
     kept = {r.sentence for r in relations.values()} | {e.sentence for e in entities.values()}
     # One time per sentence and span: the first words that state it.
-    once = {(t.sentence, t.span.start, t.span.end): t for t in reversed(times)}
-    stated = [t for t in once.values() if t.sentence in kept][::-1]
+    once: dict[tuple[str, object, object], StatedTime] = {}
+    for t in times:
+        if t.sentence in kept:
+            once.setdefault((t.sentence, t.span.start, t.span.end), t)
+    stated = list(once.values())
     return Extraction(list(entities.values()), list(relations.values()), usage, stated)
 
 
