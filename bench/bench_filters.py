@@ -17,10 +17,6 @@ filtered p50 to the unfiltered one. Retrieval quality means nothing here (random
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,16 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_bulk_scale import _quarter_of_memory  # noqa: E402
 from bench_scale import query_service, recompute_once  # noqa: E402
 from bulk_rows import HashedEmbedder  # noqa: E402
+from query_timing import home_arguments, median_row, run_on_home, timed_pass  # noqa: E402
 from sqlalchemy import text  # noqa: E402
-from synth_corpus import Corpus, questions  # noqa: E402
 
 from services.core.access import Caller  # noqa: E402
-from services.core.db import migrations  # noqa: E402
 from services.core.db.engine import make_engine  # noqa: E402
-from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
 from services.query_api.schemas import QueryRequest  # noqa: E402
 
@@ -62,11 +55,6 @@ DESCRIBE = text(
     " occurred_at = timestamptz '2023-01-01 00:00+00'"
     " + (abs(hashtext(doc_id || '/t')) % 365) * interval '1 day'"
 )
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def _prepare(url: str, seed: int) -> dict[str, Any]:
@@ -103,24 +91,11 @@ async def _prepare(url: str, seed: int) -> dict[str, Any]:
         await engine.dispose()
 
 
-async def _pass(
-    service: Any, asked: list[dict[str, Any]], mode: str, caller: Caller, filters: Any
-) -> dict[str, float]:
-    first = QueryRequest(question=asked[0]["question"], mode=mode, k=20, filters=filters)
-    await service.query(first, caller)  # untimed warm-up
-    ms: list[float] = []
-    empty = 0
-    for q in asked:
-        req = QueryRequest(question=q["question"], mode=mode, k=20, explain=False, filters=filters)
-        t0 = time.perf_counter()
-        resp = await service.query(req, caller)
-        ms.append((time.perf_counter() - t0) * 1000)
-        empty += not resp.contexts
-    return {
-        "p50_ms": round(_percentile(ms, 0.5), 1),
-        "p99_ms": round(_percentile(ms, 0.99), 1),
-        "no_contexts": empty,
-    }
+def _requests(asked: list[dict[str, Any]], mode: str, filters: Any) -> list[QueryRequest]:
+    return [
+        QueryRequest(question=q["question"], mode=mode, k=20, explain=False, filters=filters)
+        for q in asked
+    ]
 
 
 async def _measure(url: str, asked: list[dict[str, Any]], runs: int) -> dict[str, Any]:
@@ -129,48 +104,25 @@ async def _measure(url: str, asked: list[dict[str, Any]], runs: int) -> dict[str
         for who, caller in CALLERS.items():
             for mode in MODES:
                 for name, filters in FILTERS.items():
-                    passes = [
-                        await _pass(service, asked, mode, caller, filters) for _ in range(runs)
-                    ]
-                    row = {
-                        "p50_ms": round(statistics.median(p["p50_ms"] for p in passes), 1),
-                        "p99_ms": round(statistics.median(p["p99_ms"] for p in passes), 1),
-                        "no_contexts": passes[0]["no_contexts"],
-                    }
-                    base = out.get(f"{who}.{mode}.none")
-                    if base is not None:
-                        row["p50_ratio"] = round(row["p50_ms"] / base["p50_ms"], 2)
+                    requests = _requests(asked, mode, filters)
+                    passes = [await timed_pass(service, requests, caller) for _ in range(runs)]
+                    row = median_row(passes, out.get(f"{who}.{mode}.none"))
                     out[f"{who}.{mode}.{name}"] = row
                     print(f"{who:<10} {mode:<7} {name:<24} {row}", file=sys.stderr, flush=True)
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--home", type=Path, required=True, help="a bulk-built home")
-    parser.add_argument("--documents", type=int, required=True, help="as it was built")
-    parser.add_argument("--seed", type=int, default=7)
+    parser = home_arguments(__doc__ or "")
     parser.add_argument("--questions", type=int, default=60)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    settings = Settings()
-    pg = EmbeddedPostgres(args.home, settings.embedded_user, shared_buffers=_quarter_of_memory())
-    url = pg.start()
-    try:
-        migrations.upgrade(url, settings.embedding_dim)
-        report: dict[str, Any] = {"documents": args.documents, "filters": FILTERS}
-        report["prepare"] = asyncio.run(_prepare(url, args.seed))
-        events = list(Corpus(args.documents, args.seed).events())
-        asked = questions(events, args.questions, args.seed)
-        del events
-        report["queries"] = asyncio.run(_measure(url, asked, args.runs))
-    finally:
-        pg.stop()
-    text_out = json.dumps(report, indent=2)
-    if args.out:
-        args.out.write_text(text_out + "\n")
-    print(text_out)
+    report: dict[str, Any] = {"documents": args.documents, "filters": FILTERS}
+    run_on_home(
+        args,
+        report,
+        lambda url: _prepare(url, args.seed),
+        lambda url, asked: _measure(url, asked, args.runs),
+    )
 
 
 if __name__ == "__main__":

@@ -150,14 +150,16 @@ def query(
     min_snapshot: int | None = None,
     after_event: str | None = None,
     filters: dict[str, Any] | None = None,
+    as_of: datetime | None = None,
 ) -> Call[QueryResponse]:
     """Answer a question from what the key may read (POST /v1/query). ``after_event``: an
     event id you published; the answer waits until it is indexed (read your own write).
     ``filters``: only documents whose metadata and occurred_at match, e.g.
-    ``{"metadata": {"source": "The Verge"}, "occurred_at": {"gte": "2023-11-01"}}``."""
+    ``{"metadata": {"source": "The Verge"}, "occurred_at": {"gte": "2023-11-01"}}``.
+    ``as_of``: an aware time; the documents as they were then (vector mode)."""
     body = {"question": question, "mode": mode, "k": k, "explain": explain}
     body |= {"level": level, "min_snapshot": min_snapshot, "after_event": after_event}
-    body |= {"filters": filters}
+    body |= {"filters": filters, "as_of": as_of.isoformat() if as_of else None}
     body = {name: value for name, value in body.items() if value is not None}
     return Call("POST", "/v1/query", json=body, model=QueryResponse)
 

@@ -241,21 +241,36 @@ def query(
         str | None,
         typer.Option(help="Filters as JSON, as the API takes them (docs/retrieval.md)."),
     ] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help="The documents as they were at this ISO time with a zone (vector mode;"
+            " docs/retrieval.md, As of).",
+        ),
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Answer a question: through the query API when it runs, else from the database."""
     from pydantic import ValidationError
 
     from services.cli.query import filters_from_options, run_query
+    from services.query_api.as_of import HistoryNotKept
     from services.query_api.schemas import QueryRequest
 
     settings = _settings()
     try:
         scope = filters_from_options(where or [], since, until, filters)
-        req = QueryRequest(question=question, mode=mode, k=k, level=level, filters=scope)
+        req = QueryRequest.model_validate(
+            {"question": question, "mode": mode, "k": k, "level": level, "filters": scope}
+            | ({"as_of": as_of} if as_of else {})
+        )
     except (ValidationError, ValueError) as exc:
         raise _fail(str(exc), 2) from exc
-    resp, _ = run_query(settings, req)
+    try:
+        resp, _ = run_query(settings, req)
+    except HistoryNotKept as exc:
+        raise _fail(str(exc), 2) from exc
     if json_out:
         typer.echo(resp.model_dump_json(indent=2))
         return

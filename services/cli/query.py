@@ -56,7 +56,7 @@ def query_via_api(settings: Settings, req: QueryRequest) -> QueryResponse:
     """POST /v1/query, with the configured API key."""
     resp = httpx.post(
         f"{api_url(settings)}/v1/query",
-        json=req.model_dump(),
+        json=req.model_dump(mode="json", exclude_none=True),
         headers=api_headers(settings),
         timeout=300,
     )

@@ -185,6 +185,15 @@ class Settings(BaseSettings):
         "ahead is a broken clock, and the event is ordered at its record's time "
         '(docs/ingest.md, "Ordering and clocks").',
     )
+    history_days: float = Field(
+        default=7.0,
+        ge=0,
+        description="How long superseded versions and deleted documents stay readable through "
+        'as_of (alembic 0025; docs/retrieval.md, "As of"): the indexer keeps what a new '
+        "version or a delete replaces and prunes it this many days after it was replaced. 0 "
+        "keeps nothing (a delete erases at once, and as_of is refused). Seven days, like the "
+        'accepted-events journal: "as it was last week".',
+    )
     indexer_stall_after_s: float = Field(
         default=120.0,
         gt=0,

@@ -39,6 +39,7 @@ from services.indexer.fetch_stall import (
     read_offsets,
     run_fetch_watch,
 )
+from services.indexer.graph_store import history
 from services.indexer.handlers import (
     IndexerDeps,
     PreparedBatch,
@@ -150,6 +151,7 @@ def create_app(settings: Settings, endpoints: Endpoints, topic_id: str | None = 
     _operations(app, settings, endpoints, deps.engine, topic_id, activity=activity)
 
     _sweep_accepted_events(app, deps.engine)
+    _prune_history(app, deps.engine, deps.history_days)
 
     @app.timer(interval=settings.curation_apply_interval_s, name="apply-curations")  # type: ignore[untyped-decorator]
     async def apply_curations() -> None:
@@ -280,6 +282,22 @@ def _sweep_accepted_events(app: faust.App, engine: AsyncEngine) -> None:
                 await accepted_events.sweep(conn)
         except Exception as exc:  # noqa: BLE001 - the next sweep tries again
             log.info("sweeping accepted events: %s: %s", type(exc).__name__, exc)
+
+
+def _prune_history(app: faust.App, engine: AsyncEngine, days: float) -> None:
+    """What new versions and deletes replaced is kept KGSTREAM_HISTORY_DAYS for as_of reads
+    (services/indexer/graph_store/history.py): pruned as the worker starts and every
+    SWEEP_INTERVAL_S after."""
+
+    async def prune() -> None:
+        try:
+            async with engine.begin() as conn:
+                await history.prune(conn, days)
+        except Exception as exc:  # noqa: BLE001 - the next sweep tries again
+            log.info("pruning history: %s: %s", type(exc).__name__, exc)
+
+    app.task(prune)
+    app.timer(interval=history.SWEEP_INTERVAL_S, name="prune-history")(prune)
 
 
 def _operations(

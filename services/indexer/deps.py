@@ -56,6 +56,7 @@ class IndexerDeps:
     resolver: ResolverConfig
     max_document_chunks: int = 1000
     max_clock_skew_s: float = 300.0  # how far occurred_at may lead its record (ordering.py)
+    history_days: float = 7.0  # what as_of can read (graph_store/history.py); 0: none kept
     large_document_chunks: int = 16  # background lane and compute slice (services/indexer/lanes.py)
     max_refusals: int = 10  # retries of an event the database refuses (handlers.py, _settle)
     consumer_group: str | None = None  # set: progress is recorded in indexer_progress
@@ -96,6 +97,7 @@ class IndexerDeps:
             max_document_bytes=settings.max_document_bytes,
             max_document_chunks=settings.max_document_chunks,
             max_clock_skew_s=settings.max_clock_skew_s,
+            history_days=settings.history_days,
             large_document_chunks=settings.indexer_large_document_chunks,
             max_refusals=settings.indexer_max_refusals,
             consumer_group=settings.consumer_group,

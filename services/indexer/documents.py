@@ -143,15 +143,18 @@ async def update_attributes(conn: AsyncConnection, event: DocumentEvent) -> bool
         ),
         {
             "d": event.doc_id,
-            "tn": event.tenant,
-            "acl": event.acl,
-            "m": json.dumps(event.metadata),
+            **changed_attributes(event),
             "v": event.version,
             "at": event.occurred_at,
             "e": event.event_id,
         },
     )
     return changed is not None
+
+
+def changed_attributes(event: DocumentEvent) -> dict[str, object]:
+    """What ``update_attributes`` compares and sets: tenant, ACL and metadata (JSON text)."""
+    return {"tn": event.tenant, "acl": event.acl, "m": json.dumps(event.metadata)}
 
 
 async def record_token_usage(

@@ -24,12 +24,14 @@ B = 0.75
 MAX_CANDIDATES = 1000  # postings scored at most (rarest terms first): bounds the latency
 
 _LEXEMES = text("SELECT unnest(tsvector_to_array(to_tsvector('english', :q)))")
-_DOCUMENT_FREQUENCIES = text(
+FREQUENCIES_SQL = (
     "SELECT l.lexeme, (SELECT count(*) FROM chunks c WHERE c.tsv @@ to_tsquery('simple',"
     " quote_literal(l.lexeme))) FROM unnest(CAST(:lex AS text[])) AS l(lexeme)"
 )
+_DOCUMENT_FREQUENCIES = text(FREQUENCIES_SQL)
 MAX_CACHED_LEXEMES = 50_000  # a memory bound (a few MB), not a tuning knob
-_STATS = text("SELECT count(*), coalesce(avg(length(tsv)), 1) FROM chunks")
+STATS_SQL = "SELECT count(*), coalesce(avg(length(tsv)), 1) FROM chunks c"
+_STATS = text(STATS_SQL)
 _CANDIDATES = (
     "WITH q AS (SELECT * FROM unnest(CAST(:lex AS text[]), CAST(:idf AS float8[]))"
     "  AS q(lexeme, idf)),"
@@ -47,10 +49,9 @@ _BM25 = (
 )
 # Document frequencies and lengths stay corpus-wide (docs/access-control.md): aggregate
 # statistics, not text; the candidates are the caller's visible chunks only.
-_SCORE = Filtered.of(
-    _CANDIDATES + _BM25,
-    _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _BM25,
-)
+SCORE_SQL = _CANDIDATES + _BM25
+SCORE_VISIBLE_SQL = _CANDIDATES + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")" + _BM25
+SCORE = Filtered.of(SCORE_SQL, SCORE_VISIBLE_SQL)
 # Which of the question's lexemes each chunk contains (a chain step must add one: see chains.py):
 # one index-free match per lexeme and chunk, cheaper than listing every chunk's lexemes.
 # Which of the :lex lexemes chunk c contains (an array expression over a row of chunks c).
@@ -155,10 +156,18 @@ async def question_lexemes(conn: AsyncConnection, question: str) -> list[str]:
 
 
 async def bm25_search(
-    conn: AsyncConnection, question: str, k: int, stats: CorpusStats, *, caller: Caller
+    conn: AsyncConnection,
+    question: str,
+    k: int,
+    stats: CorpusStats,
+    *,
+    caller: Caller,
+    statement: Filtered | None = None,
+    values: Mapping[str, object] | None = None,
 ) -> dict[int, float]:
     """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
-    indexed)."""
+    indexed); ``statement`` and ``values``: another form of the scoring read (``SCORE``, as of a
+    past time: services/query_api/as_of.py) and what it binds besides."""
     asked = await question_lexemes(conn, question)
     n, avglen = stats.chunks, stats.avg_length
     dfs = await stats.frequencies.of(conn, asked)
@@ -167,9 +176,10 @@ async def bm25_search(
         return {}
     lexemes = sorted(terms)
     result = await conn.execute(
-        *_SCORE.bind(
+        *(statement or SCORE).bind(
             caller,
             {
+                **(values or {}),
                 "lex": lexemes,
                 "idf": [terms[t] for t in lexemes],
                 "query": or_query(candidate_terms({t: dfs[t] for t in terms}, MAX_CANDIDATES)),

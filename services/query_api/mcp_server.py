@@ -24,7 +24,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, Field, ValidationError
 from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -102,7 +102,8 @@ Which tool:
   your own write.
 - status (admin scope): the indexer's progress, lag and health.
 search and answer take filters on the documents' metadata (source, author, any field) and
-time (occurred_at) when the question is about some of the collection only.
+time (occurred_at) when the question is about some of the collection only, and as_of to read
+the documents as they were at a past time (vector mode, within the retained history).
 """
 
 _SEARCH_DOC = """\
@@ -161,6 +162,13 @@ EntityRef = Annotated[
 AfterEvent = Annotated[
     str | None, Field(description="An event_id from ingest_documents: wait until it is indexed.")
 ]
+AsOfArg = Annotated[
+    AwareDatetime | None,
+    Field(
+        description="Read the documents as they were at this time (ISO 8601 with a time zone):"
+        " later versions and deletes are not seen. Passages only (mode vector or auto)."
+    ),
+]
 FiltersArg = Annotated[
     Filters | None,
     Field(
@@ -204,6 +212,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         level: LevelArg = None,
         after_event: AfterEvent = None,
         filters: FiltersArg = None,
+        as_of: AsOfArg = None,
     ) -> SearchResult:
         principal = caller_for("search", ctx)
         req = _request(**_asked(locals()))
@@ -220,6 +229,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         level: LevelArg = None,
         after_event: AfterEvent = None,
         filters: FiltersArg = None,
+        as_of: AsOfArg = None,
     ) -> AnswerResult:
         principal = caller_for("answer", ctx)
         req = _request(**_asked(locals()))
@@ -354,7 +364,7 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
 
 def _asked(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The QueryRequest fields among a tool's arguments (search's and answer's)."""
-    names = ("question", "mode", "k", "level", "after_event", "filters")
+    names = ("question", "mode", "k", "level", "after_event", "filters", "as_of")
     return {name: arguments[name] for name in names}
 
 

@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
 from services.core.errors import ConfigurationError, TransientError
+from services.query_api.as_of import HistoryNotKept
 from services.query_api.replicas import NotCaughtUp
 
 log = logging.getLogger(__name__)
@@ -83,15 +84,8 @@ def as_problem(exc: BaseException) -> Problem | None:
     unexpected one (a 500 that only the log explains)."""
     if isinstance(exc, Problem):
         return exc
-    if isinstance(exc, NotCaughtUp):
-        return Problem(
-            409,
-            "Not caught up",
-            str(exc),
-            waited_for=exc.waited_for,
-            waited_s=exc.waited_s,
-            seen_snapshot=exc.seen_snapshot,
-        )
+    if isinstance(exc, HistoryNotKept | NotCaughtUp):
+        return _unreachable(exc)
     if isinstance(exc, TransientError):
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         return Problem(503, "Service unavailable", str(exc)[:300], headers=retry)
@@ -100,6 +94,21 @@ def as_problem(exc: BaseException) -> Problem | None:
     if isinstance(exc, OperationalError):
         return Problem(503, "Database unavailable", str(exc.orig)[:300])
     return None
+
+
+def _unreachable(exc: HistoryNotKept | NotCaughtUp) -> Problem:
+    """A state the read cannot reach: before the history kept, or not replicated yet."""
+    if isinstance(exc, HistoryNotKept):
+        since = exc.kept_since.isoformat() if exc.kept_since else None
+        return Problem(422, "History not kept", str(exc), kept_since=since)
+    return Problem(
+        409,
+        "Not caught up",
+        str(exc),
+        waited_for=exc.waited_for,
+        waited_s=exc.waited_s,
+        seen_snapshot=exc.seen_snapshot,
+    )
 
 
 def validation_errors(errors: Sequence[Any]) -> list[dict[str, str]]:
@@ -141,7 +150,13 @@ def install(app: FastAPI) -> None:
             found.status, found.title, found.detail, request.url.path, found.headers, **found.extra
         )
 
-    for known in (NotCaughtUp, TransientError, ConfigurationError, OperationalError):
+    for known in (
+        HistoryNotKept,
+        NotCaughtUp,
+        TransientError,
+        ConfigurationError,
+        OperationalError,
+    ):
         app.add_exception_handler(known, _known)
 
     @app.exception_handler(Exception)

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.query_api.answer_span import TOP_CONTEXTS, Mention
 from services.query_api.schemas import CommunityHit, Context, Hop, Mode, Route
-from services.query_api.vector import Ranked, load_chunks
+from services.query_api.vector import CURRENT, PassageReads, Ranked, load_chunks
 
 
 @dataclass
@@ -50,10 +50,12 @@ async def context_mentions(conn: AsyncConnection, contexts: list[Context]) -> li
     return [Mention(int(c), str(s), str(t)) for c, s, t in rows.all()]
 
 
-async def contexts_for(conn: AsyncConnection, ranked: Ranked, *, caller: Caller) -> list[Context]:
+async def contexts_for(
+    conn: AsyncConnection, ranked: Ranked, *, caller: Caller, reads: PassageReads = CURRENT
+) -> list[Context]:
     """The ranked chunks the caller can see as contexts, in rank order (the last guard: every
     mode's chunks pass through here)."""
-    rows = await load_chunks(conn, ranked.ids, caller=caller)
+    rows = await load_chunks(conn, ranked.ids, caller=caller, reads=reads)
     return [
         Context(
             doc_id=rows[c].doc_id,

@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from services.query_api.filters import Filters
 
@@ -92,6 +100,29 @@ class QueryRequest(BaseModel):
         "processed it and the read's database shows it; 409 otherwise (an event that was "
         "dead-lettered never arrives: see the dead letters).",
     )
+    as_of: AwareDatetime | None = Field(
+        default=None,
+        description="Answer from the documents as they were at this time (ISO 8601 with a "
+        "time zone) by their own clock, occurred_at: versions and deletes that occurred after "
+        "it are not seen. Vector mode only (auto answers by vector); within the retained "
+        'history (KGSTREAM_HISTORY_DAYS), 422 before it (docs/retrieval.md, "As of").',
+    )
+
+    @model_validator(mode="after")
+    def _as_of_reads_passages(self) -> QueryRequest:
+        if self.as_of is None:
+            return self
+        if self.mode not in ("auto", "vector"):
+            raise ValueError(
+                f"as_of answers from passages (mode vector or auto), not mode {self.mode}: "
+                "the graph is kept for the current versions only"
+            )
+        if self.filters is not None and self.filters.held is not None:
+            raise ValueError(
+                "as_of cannot combine with filters.held: the fact times of replaced versions "
+                "are not kept"
+            )
+        return self
 
 
 class Context(BaseModel):

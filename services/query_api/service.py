@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TypeVar
 
 import openai
@@ -26,6 +27,7 @@ from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extra
 from services.core.settings import Settings
 from services.query_api import answer as answers
 from services.query_api import monitoring, router
+from services.query_api.as_of import as_of_caller, past_reads
 from services.query_api.chains import ChainStart
 from services.query_api.community_vectors import CommunityVectors
 from services.query_api.facets import FacetCache, unmentioned
@@ -171,12 +173,15 @@ class QueryService:
                 spans=spans,
                 snapshot_id=snapshot_id,
             )
-            grounded, unheld = await self._sources(conn, req.question, named, reader)
-            if scope is not None:
-                grounded = None  # the caller's own filters win
-            result = await retrieve(
-                caller=scoped(reader, grounded.filters if grounded is not None else None)
-            )
+            if req.as_of is not None:  # the sources named now may not be those of then
+                grounded, unheld = None, list[str]()
+                result = await self._past(conn, req, req.as_of, embedding, as_of_caller(reader))
+            else:
+                grounded, unheld = await self._sources(conn, req.question, named, reader)
+                grounded = None if scope is not None else grounded  # the caller's filters win
+                result = await retrieve(
+                    caller=scoped(reader, grounded.filters if grounded else None)
+                )
             if grounded is not None:
                 if result.contexts:  # the question's words, not the values (docs/retrieval.md)
                     result.notes.insert(0, f"grounded filters: {grounded.describe()}")
@@ -309,6 +314,8 @@ class QueryService:
     ) -> tuple[Mode, str, Arm, tuple[str, ...]]:
         """The mode, why it was chosen, the A/B arm (monitoring.py), and the sources an LLM
         classifier read in the question (none without one)."""
+        if req.as_of is not None:  # passages as they were (services/query_api/as_of.py)
+            return "vector", "", "requested", ()
         if req.mode != "auto":
             return req.mode, "", "requested", ()
         route = await self._route(req, usage)
@@ -428,6 +435,31 @@ class QueryService:
             caller=asked.caller,
         )
         return await contexts_for(asked.conn, ranked, caller=asked.caller)
+
+    async def _past(
+        self,
+        conn: AsyncConnection,
+        req: QueryRequest,
+        as_of: datetime,
+        embedding: list[float],
+        caller: Caller,
+    ) -> Retrieval:
+        """Vector mode over the documents as they were at ``as_of``."""
+        reads, stats = await past_reads(conn, req.question, as_of)
+        ranked = await hybrid_search(
+            conn,
+            req.question,
+            embedding,
+            req.k,
+            stats=stats,
+            rrf_k=self.config.rrf_k,
+            lexical=self.config.hybrid,
+            caller=caller,
+            reads=reads,
+        )
+        contexts = await contexts_for(conn, ranked, caller=caller, reads=reads)
+        note = f"as of {as_of.isoformat()}: the documents as they were then"
+        return Retrieval("vector", contexts, notes=[note])
 
     async def _read_question(
         self, question: str, with_spans: bool

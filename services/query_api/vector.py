@@ -4,8 +4,8 @@ with BM25 (hybrid, reciprocal rank fusion)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
-from services.query_api.lexical import CorpusStats, bm25_search, rrf
+from services.query_api.lexical import SCORE, CorpusStats, bm25_search, rrf
 from services.query_api.visibility import DOC_VISIBLE, VISIBLE_DOC_IDS, Filtered
 
 _NEAREST = (
@@ -22,14 +22,33 @@ _NEAREST = (
 )
 ITERATIVE_SCAN = "SET LOCAL hnsw.iterative_scan = strict_order"
 _BY_DISTANCE = " ORDER BY c.embedding <=> CAST(:q AS vector) LIMIT :k"
-_VECTOR = Filtered.of(_NEAREST + _BY_DISTANCE, _NEAREST + " WHERE " + DOC_VISIBLE + _BY_DISTANCE)
+NEAREST_SQL = _NEAREST + _BY_DISTANCE
+NEAREST_VISIBLE_SQL = _NEAREST + " WHERE " + DOC_VISIBLE + _BY_DISTANCE
+_VECTOR = Filtered.of(NEAREST_SQL, NEAREST_VISIBLE_SQL)
 _SIMILARITIES = "SELECT id, 1 - (embedding <=> CAST(:q AS vector)) FROM chunks WHERE id = ANY(:ids)"
 _SIMILAR = Filtered.of(_SIMILARITIES, _SIMILARITIES + " AND doc_id IN (" + VISIBLE_DOC_IDS + ")")
-_CHUNKS = (
+CHUNKS_SQL = (
     "SELECT c.id, c.doc_id, d.title, c.text FROM chunks c JOIN documents d USING (doc_id)"
     " WHERE c.id = ANY(:ids)"
 )
-_LOAD = Filtered.of(_CHUNKS, _CHUNKS + " AND " + DOC_VISIBLE)
+CHUNKS_VISIBLE_SQL = CHUNKS_SQL + " AND " + DOC_VISIBLE
+_LOAD = Filtered.of(CHUNKS_SQL, CHUNKS_VISIBLE_SQL)
+
+
+@dataclass(frozen=True)
+class PassageReads:
+    """The passage reads of vector mode in one form: the current documents (``CURRENT``), or
+    as they were at a past time (services/query_api/as_of.py), with what that form binds."""
+
+    nearest: Filtered
+    bm25: Filtered
+    load: Filtered
+    values: Mapping[str, object] = field(default_factory=dict)
+    # The current form runs the HNSW index, whose visibility filter may need a longer scan.
+    indexed: bool = True
+
+
+CURRENT = PassageReads(_VECTOR, SCORE, _LOAD)
 
 
 @dataclass(frozen=True)
@@ -44,13 +63,20 @@ class ScoredChunk:
 
 
 async def vector_search(
-    conn: AsyncConnection, query_embedding: Sequence[float], k: int, *, caller: Caller
+    conn: AsyncConnection,
+    query_embedding: Sequence[float],
+    k: int,
+    *,
+    caller: Caller,
+    reads: PassageReads = CURRENT,
 ) -> list[ScoredChunk]:
     """The k chunks nearest the query embedding (live documents the caller can see)."""
-    await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
-    if not caller.unfiltered:
-        await _scan_until_k(conn)
-    rows = await conn.execute(*_VECTOR.bind(caller, {"q": vector_literal(query_embedding), "k": k}))
+    if reads.indexed:
+        await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
+        if not caller.unfiltered:
+            await _scan_until_k(conn)
+    values = {**reads.values, "q": vector_literal(query_embedding), "k": k}
+    rows = await conn.execute(*reads.nearest.bind(caller, values))
     return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]
 
 
@@ -79,10 +105,14 @@ async def similarities(
 
 
 async def load_chunks(
-    conn: AsyncConnection, chunk_ids: Sequence[int], *, caller: Caller
+    conn: AsyncConnection,
+    chunk_ids: Sequence[int],
+    *,
+    caller: Caller,
+    reads: PassageReads = CURRENT,
 ) -> dict[int, ScoredChunk]:
     """Chunk rows by id that the caller can see (score 0: the caller sets it)."""
-    rows = await conn.execute(*_LOAD.bind(caller, {"ids": list(chunk_ids)}))
+    rows = await conn.execute(*reads.load.bind(caller, {**reads.values, "ids": list(chunk_ids)}))
     return {int(r[0]): ScoredChunk(int(r[0]), r[1], r[2], r[3], 0.0) for r in rows.all()}
 
 
@@ -107,16 +137,19 @@ async def hybrid_search(
     rrf_k: int = 60,
     lexical: bool = True,
     caller: Caller,
+    reads: PassageReads = CURRENT,
 ) -> Ranked:
     """Dense (HNSW) and BM25 rankings fused by reciprocal rank; dense only when lexical=False."""
     depth = max(3 * k, 30)
-    dense = await vector_search(conn, query_embedding, depth, caller=caller)
+    dense = await vector_search(conn, query_embedding, depth, caller=caller, reads=reads)
     dense_ids = [h.chunk_id for h in dense]
     cos = {h.chunk_id: h.score for h in dense}
     if not lexical:
         ids = dense_ids[:k]
         return Ranked(ids, {c: cos[c] for c in ids}, {c: f"cosine {cos[c]:.3f}" for c in ids})
-    bm25 = await bm25_search(conn, question, depth, stats, caller=caller)
+    bm25 = await bm25_search(
+        conn, question, depth, stats, caller=caller, statement=reads.bm25, values=reads.values
+    )
     bm25_ids = sorted(bm25, key=lambda c: (-bm25[c], c))
     fused = rrf([dense_ids, bm25_ids], rrf_k)
     ids = sorted(fused, key=lambda c: (-fused[c], c))[:k]

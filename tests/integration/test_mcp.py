@@ -207,6 +207,31 @@ async def test_find_facts_reads_what_held_when(stack: Stack) -> None:
         assert "422 Invalid request" in text_of(both)
 
 
+async def test_search_reads_the_documents_as_they_were(stack: Stack) -> None:
+    async with mcp_client(stack.url, stack.keys["reader"]) as client:
+        now = payload(
+            await client.call_tool(
+                "search", {"question": "Irwin Shaw", "as_of": "2030-01-01T00:00:00Z"}
+            )
+        )
+        before = payload(
+            await client.call_tool(
+                "search", {"question": "Irwin Shaw", "as_of": "2023-12-31T00:00:00+01:00"}
+            )
+        )
+        graph = await client.call_tool(
+            "answer", {"question": "Irwin Shaw", "mode": "local", "as_of": "2030-01-01T00:00:00Z"}
+        )
+    # The sample's documents occurred on 2024-01-01: after a later time as they are, before
+    # it not yet there.
+    assert now["mode_used"] == "vector"
+    assert "Irwin Shaw" in [c["title"] for c in now["contexts"]]
+    assert before["contexts"] == []
+    assert graph.is_error
+    assert "422 Invalid request" in text_of(graph)
+    assert "as_of answers from passages" in text_of(graph)
+
+
 async def test_arguments_are_checked_as_the_routes_check_them(stack: Stack) -> None:
     async with mcp_client(stack.url, stack.keys["writer"]) as client:
         for tool, arguments in (

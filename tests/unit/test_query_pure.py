@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import networkx as nx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.client import query as client_query
 from services.eval.metrics import (
     QuestionResult,
     all_gold_at,
@@ -17,6 +19,7 @@ from services.eval.metrics import (
     reciprocal_rank,
 )
 from services.query_api.answer import parse_points
+from services.query_api.as_of import HistoryNotKept
 from services.query_api.global_mode import breadth_level
 from services.query_api.ingest import delete_event, validate_batch
 from services.query_api.lexical import (
@@ -31,6 +34,7 @@ from services.query_api.lexical import (
 )
 from services.query_api.llm import ChatReply
 from services.query_api.paths import k_shortest, named_ends, path_score
+from services.query_api.problems import as_problem
 from services.query_api.router import heuristic_route, parse_llm_route
 
 GOLD = frozenset({"a", "b"})
@@ -284,3 +288,22 @@ class _StatsConn:
     async def execute(self, _statement: object) -> Any:
         row = (self.chunks, 4.0)
         return type("Result", (), {"one": lambda _self: row})()
+
+
+def test_history_not_kept_is_a_422_that_says_from_when() -> None:
+    asked, since = datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)
+    problem = as_problem(HistoryNotKept(asked, since))
+    assert problem is not None
+    assert (problem.status, problem.title) == (422, "History not kept")
+    assert problem.extra == {"kept_since": "2024-06-01T00:00:00+00:00"}
+    assert "history is kept from 2024-06-01" in problem.detail
+    off = as_problem(HistoryNotKept(asked, None))
+    assert off is not None
+    assert "KGSTREAM_HISTORY_DAYS=0" in off.detail
+
+
+def test_the_client_sends_as_of_as_iso_text() -> None:
+    call = client_query("q", as_of=datetime(2024, 3, 1, 12, tzinfo=UTC))
+    assert call.json is not None
+    assert call.json["as_of"] == "2024-03-01T12:00:00+00:00"
+    assert "as_of" not in (client_query("q").json or {})

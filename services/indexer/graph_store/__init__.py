@@ -6,7 +6,8 @@ rules are stated once, in ``locks.py``; ``transaction.py`` runs an event's steps
 Modules: ``transaction`` (one event's transaction), ``locks`` (the rules and every statement
 that takes a lock), ``entities`` (resolution against the stored graph), ``chunks`` (a
 document's chunks, mentions, aliases), ``relationships`` (edges and their evidence),
-``rebuild`` (aggregates from the remaining evidence), ``changes`` (graph_changes, erasures)."""
+``rebuild`` (aggregates from the remaining evidence), ``changes`` (graph_changes, erasures),
+``history`` (what a version replaces, kept for as_of reads)."""
 
 from services.indexer.graph_store.transaction import write_delete, write_upsert
 

@@ -5,6 +5,7 @@ update locks). Mentions and relationship evidence cascade with their chunk."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -55,7 +56,8 @@ _MOVE = text(
 )
 _INSERT = text(
     "INSERT INTO chunks (doc_id, ord, content_hash, text, token_count, start_char,"
-    " end_char, embedding) SELECT :d, o, h, t, n, s, e, CAST(v AS vector) FROM unnest("
+    " end_char, embedding, born_at) SELECT :d, o, h, t, n, s, e, CAST(v AS vector), :born"
+    " FROM unnest("
     " CAST(:o AS int[]), CAST(:h AS text[]), CAST(:t AS text[]), CAST(:n AS int[]),"
     " CAST(:s AS int[]), CAST(:e AS int[]), CAST(:v AS text[])) AS u(o, h, t, n, s, e, v)"
     " RETURNING id, content_hash"
@@ -103,15 +105,17 @@ async def move_chunks(conn: AsyncConnection, moves: Sequence[tuple[int, int, int
 
 
 async def insert_chunks(
-    conn: AsyncConnection, doc_id: str, chunks: Sequence[NewChunk]
+    conn: AsyncConnection, doc_id: str, chunks: Sequence[NewChunk], born_at: datetime
 ) -> dict[str, int]:
-    """Insert new chunks; return chunk id per diff hash."""
+    """Insert new chunks, brought in by the version of ``born_at`` (its occurred_at: as_of
+    reads, alembic 0025); return chunk id per diff hash."""
     if not chunks:
         return {}
     inserted = await conn.execute(
         _INSERT,
         {
             "d": doc_id,
+            "born": born_at,
             "o": [c.ord for c in chunks],
             "h": [c.diff_hash for c in chunks],
             "t": [c.text for c in chunks],

@@ -13,6 +13,7 @@ from services.core.curations import hold_rules, settle
 from services.core.errors import StaleComputeError
 from services.indexer.deps import IndexerDeps, Outcome
 from services.indexer.documents import (
+    changed_attributes,
     existing_chunk_hashes,
     mark_processed,
     record_token_usage,
@@ -32,6 +33,11 @@ from services.indexer.graph_store.chunks import (
     remove_chunks,
 )
 from services.indexer.graph_store.entities import resolve_entities
+from services.indexer.graph_store.history import (
+    keep_changed_document,
+    keep_chunks,
+    keep_document,
+)
 from services.indexer.graph_store.rebuild import rebuild
 from services.indexer.graph_store.relationships import add_relationships
 from services.indexer.ordering import decide_delete, decide_upsert, moves_tenant
@@ -53,6 +59,14 @@ async def write_upsert(
         # Rule 1: the document's row.
         stored = await stored_doc(conn, event.doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
         decision = decide_upsert(stored, event, plan.doc_hash)
+        if decision == "unchanged":  # the row it may replace stays readable through as_of
+            await keep_changed_document(
+                conn,
+                event.doc_id,
+                event.occurred_at,
+                changed_attributes(event),
+                days=deps.history_days,
+            )
         if decision == "unchanged" and await update_attributes(conn, event):
             # Same content, new access rules or metadata: the row changes, the graph does not.
             await set_outcome(conn, event.event_id, "applied")
@@ -64,12 +78,15 @@ async def write_upsert(
         if not plan.holds_for(current, moved=moves_tenant(stored, event)):
             # Another event for this document landed between planning and the lock.
             raise StaleComputeError(f"{event.doc_id} changed since it was planned; recomputing")
-        await write_document(conn, event, plan.doc_hash, deleted=False)
         # A document that changes tenant loses every chunk, and gets them all anew.
         wanted = (
             set() if plan.moved else {h for h, _ in plan.kept} | {c.diff_hash for c in plan.new}
         )
         removed = [i for h, i in current.items() if h not in wanted]
+        # What this version replaces stays readable through as_of (graph_store/history.py).
+        await keep_document(conn, event.doc_id, event.occurred_at, days=deps.history_days)
+        await keep_chunks(conn, removed, event.occurred_at, days=deps.history_days)
+        await write_document(conn, event, plan.doc_hash, deleted=False)
         ents, rels = await remove_chunks(conn, removed)
         await move_chunks(
             conn, [(current[h], c.ord, c.start_char, c.end_char) for h, c in plan.kept]
@@ -77,7 +94,7 @@ async def write_upsert(
         changes = ChangeSet()
         if plan.new:
             await hold_rules(conn, plan.rules)
-            chunk_ids = await insert_chunks(conn, event.doc_id, plan.new)
+            chunk_ids = await insert_chunks(conn, event.doc_id, plan.new, event.occurred_at)
             # Rules 2 and 3: creation locks, then key-share locks on what it refers to.
             named, related, aliases = await _write_facts(conn, plan, chunk_ids, changes)
             ents |= named
@@ -107,6 +124,8 @@ async def write_delete(
             return decision
         changes = ChangeSet()
         current = await existing_chunk_hashes(conn, event.doc_id)
+        await keep_document(conn, event.doc_id, event.occurred_at, days=deps.history_days)
+        await keep_chunks(conn, list(current.values()), event.occurred_at, days=deps.history_days)
         ents, rels = await remove_chunks(conn, list(current.values()))
         await write_document(conn, event, None, deleted=True)
         await rebuild(conn, ents, rels, changes, removed_evidence=True)

@@ -1,0 +1,143 @@
+"""Reads as of a past time (issue 31, step 4): vector mode's passages from the documents as
+they were at ``as_of`` by their own clock (``occurred_at``): versions and deletes that occurred
+after it are not seen. The indexer keeps what a version replaces (alembic 0025,
+services/indexer/graph_store/history.py); these are the reads of vector mode (dense, BM25 and
+its statistics, the passages' rows) over that state instead of the current one.
+
+- **What a document said**: the version that held at ``as_of``: its live row when that
+  version had occurred by then, else the replaced row whose span holds it; its chunks: the
+  current chunks it had by then (``born_at``) and the removed ones whose span holds it.
+- **Who may read it**: as now. The live row's tenant and ACL (a document shared more narrowly
+  since is read under the narrower rule), or for a deleted document the last ones it had. So
+  ``as_of`` never shows a caller what it may not read today, except a deleted document it
+  could read until its delete, within the retention.
+- **Filters** apply to the metadata and ``occurred_at`` of the version that held (the
+  question is about the documents as they were). ``filters.held`` is refused: the times of
+  the facts of replaced versions are not kept.
+- **BM25 statistics** (chunk count, mean length, document frequencies) are those of the state
+  as of then, counted per query (no cache), so a ranking equals the one an index built from
+  the events up to ``as_of`` gives (tests/integration/test_as_of.py).
+- **Where it stops**: before ``history_horizon.kept_since`` (when history began being kept,
+  moved forward by pruning after KGSTREAM_HISTORY_DAYS) it is refused; the graph modes
+  (local, global, path) answer from the current graph only, so ``as_of`` is refused there.
+- **Cost**: no index serves a past state: the dense read scores every chunk that existed at
+  ``as_of`` (docs/BENCHMARKS.md, "As of")."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.core.access import Caller
+from services.core.errors import KgstreamError
+from services.query_api.lexical import (
+    FREQUENCIES_SQL,
+    SCORE_SQL,
+    SCORE_VISIBLE_SQL,
+    STATS_SQL,
+    CorpusStats,
+    DocumentFrequencies,
+    question_lexemes,
+)
+from services.query_api.vector import (
+    CHUNKS_SQL,
+    CHUNKS_VISIBLE_SQL,
+    NEAREST_SQL,
+    NEAREST_VISIBLE_SQL,
+    PassageReads,
+)
+from services.query_api.visibility import Filtered
+
+# Each document as it was at :as_of, shaped as ``documents`` (the visibility and filter
+# predicates read it unchanged); its tenant and ACL as now (see the module's rules).
+_DOCUMENTS_AT = (
+    "documents_at AS ("
+    " SELECT d.doc_id, d.tenant, d.title, d.acl, d.metadata, d.occurred_at FROM documents d"
+    "  WHERE NOT d.deleted AND d.occurred_at <= CAST(:as_of AS timestamptz)"
+    " UNION ALL"
+    " SELECT v.doc_id, rule.tenant, v.title, rule.acl, v.metadata, v.valid_from"
+    "  FROM document_versions v CROSS JOIN LATERAL (SELECT r.tenant, r.acl FROM ("
+    "   SELECT 0 AS o, cur.tenant, cur.acl FROM documents cur"
+    "    WHERE cur.doc_id = v.doc_id AND NOT cur.deleted"
+    "   UNION ALL (SELECT 1, l.tenant, l.acl FROM document_versions l WHERE l.doc_id = v.doc_id"
+    "    ORDER BY l.valid_to DESC, l.id DESC LIMIT 1)) r ORDER BY r.o LIMIT 1) rule"
+    "  WHERE v.valid_from <= CAST(:as_of AS timestamptz)"
+    "  AND CAST(:as_of AS timestamptz) < v.valid_to)"
+)
+_CHUNKS_AT = (
+    "chunks_at AS ("
+    " SELECT c.id, c.doc_id, c.text, c.embedding, c.tsv FROM chunks c"
+    "  WHERE c.born_at <= CAST(:as_of AS timestamptz)"
+    " UNION ALL"
+    " SELECT h.id, h.doc_id, h.text, h.embedding, h.tsv FROM chunk_history h"
+    "  WHERE h.valid_from <= CAST(:as_of AS timestamptz)"
+    "  AND CAST(:as_of AS timestamptz) < h.valid_to)"
+)
+_TABLES = (
+    (re.compile(r"\bchunks c\b"), "chunks_at c"),
+    (re.compile(r"\bdocuments d\b"), "documents_at d"),
+)
+
+
+def at_time(sql: str) -> str:
+    """A read of ``chunks c`` and ``documents d`` made a read of the state as of ``:as_of``."""
+    for table, past in _TABLES:
+        sql = table.sub(past, sql)
+    with_tables = f"WITH {_DOCUMENTS_AT}, {_CHUNKS_AT}"
+    return f"{with_tables}, {sql[5:]}" if sql.startswith("WITH ") else f"{with_tables} {sql}"
+
+
+_READS = (
+    Filtered.of(at_time(NEAREST_SQL), at_time(NEAREST_VISIBLE_SQL)),
+    Filtered.of(at_time(SCORE_SQL), at_time(SCORE_VISIBLE_SQL)),
+    Filtered.of(at_time(CHUNKS_SQL), at_time(CHUNKS_VISIBLE_SQL)),
+)
+_STATS = text(at_time(STATS_SQL))
+_FREQUENCIES = text(at_time(FREQUENCIES_SQL))
+# Whether history reaches back to :as_of, and from when it is kept (NULL: none, or always).
+_HORIZON = text(
+    "SELECT coalesce(kept_since <= CAST(:as_of AS timestamptz), false),"
+    " CASE WHEN isfinite(kept_since) THEN kept_since END FROM history_horizon"
+)
+
+
+class HistoryNotKept(KgstreamError):
+    """``as_of`` is earlier than the history this database keeps (or none is kept)."""
+
+    def __init__(self, as_of: datetime, kept_since: datetime | None) -> None:
+        since = (
+            "no history is kept (KGSTREAM_HISTORY_DAYS=0)"
+            if kept_since is None
+            else f"history is kept from {kept_since.isoformat()} (KGSTREAM_HISTORY_DAYS)"
+        )
+        super().__init__(f"as_of {as_of.isoformat()} is out of reach: {since}")
+        self.kept_since = kept_since
+
+
+def as_of_caller(caller: Caller) -> Caller:
+    """The caller for a past state: whole-corpus was decided over the live documents now, so
+    a restricted caller's reads state visibility row by row again."""
+    return replace(caller, whole_corpus=False)
+
+
+async def past_reads(
+    conn: AsyncConnection, question: str, as_of: datetime
+) -> tuple[PassageReads, CorpusStats]:
+    """Vector mode's reads as of ``as_of`` and the BM25 statistics of that state; raises
+    HistoryNotKept when the history does not reach back to it."""
+    values = {"as_of": as_of}
+    reaches, kept_since = (await conn.execute(_HORIZON, values)).one()
+    if not reaches:
+        raise HistoryNotKept(as_of, kept_since)
+    chunks, avg_length = (await conn.execute(_STATS, values)).one()
+    lexemes = sorted(set(await question_lexemes(conn, question)))
+    rows = await conn.execute(_FREQUENCIES, {**values, "lex": lexemes}) if lexemes else None
+    known = {str(lex): (int(n), int(chunks)) for lex, n in (rows.all() if rows else [])}
+    frequencies = DocumentFrequencies(known=known, chunks=int(chunks))
+    stats = CorpusStats(int(chunks), max(float(avg_length), 1.0), frequencies)
+    nearest, bm25, load = _READS
+    return PassageReads(nearest, bm25, load, values, indexed=False), stats
