@@ -20,8 +20,9 @@ its statistics, the passages' rows) over that state instead of the current one.
 - **Where it stops**: before ``history_horizon.kept_since`` (when history began being kept,
   moved forward by pruning after KGSTREAM_HISTORY_DAYS) it is refused; the graph modes
   (local, global, path) answer from the current graph only, so ``as_of`` is refused there.
-- **Cost**: no index serves a past state: the dense read scores every chunk that existed at
-  ``as_of`` (docs/BENCHMARKS.md, "As of")."""
+- **Cost**: the dense read follows the HNSW index over the current chunks (scanning on until
+  k pass the past state's filter) and scores the removed chunks that held then exhaustively;
+  the BM25 statistics are counted per query (docs/BENCHMARKS.md, "As of": 3-5x a query now)."""
 
 from __future__ import annotations
 
@@ -43,31 +44,32 @@ from services.query_api.lexical import (
     DocumentFrequencies,
     question_lexemes,
 )
-from services.query_api.vector import (
-    CHUNKS_SQL,
-    CHUNKS_VISIBLE_SQL,
-    NEAREST_SQL,
-    NEAREST_VISIBLE_SQL,
-    PassageReads,
-)
-from services.query_api.visibility import Filtered
+from services.query_api.vector import CHUNKS_SQL, CHUNKS_VISIBLE_SQL, PassageReads
+from services.query_api.visibility import DOC_VISIBLE, Filtered
 
-# Each document as it was at :as_of, shaped as ``documents`` (the visibility and filter
-# predicates read it unchanged); its tenant and ACL as now (see the module's rules).
-_DOCUMENTS_AT = (
-    "documents_at AS ("
-    " SELECT d.doc_id, d.tenant, d.title, d.acl, d.metadata, d.occurred_at FROM documents d"
-    "  WHERE NOT d.deleted AND d.occurred_at <= CAST(:as_of AS timestamptz)"
-    " UNION ALL"
-    " SELECT v.doc_id, rule.tenant, v.title, rule.acl, v.metadata, v.valid_from"
-    "  FROM document_versions v CROSS JOIN LATERAL (SELECT r.tenant, r.acl FROM ("
-    "   SELECT 0 AS o, cur.tenant, cur.acl FROM documents cur"
-    "    WHERE cur.doc_id = v.doc_id AND NOT cur.deleted"
-    "   UNION ALL (SELECT 1, l.tenant, l.acl FROM document_versions l WHERE l.doc_id = v.doc_id"
-    "    ORDER BY l.valid_to DESC, l.id DESC LIMIT 1)) r ORDER BY r.o LIMIT 1) rule"
-    "  WHERE v.valid_from <= CAST(:as_of AS timestamptz)"
-    "  AND CAST(:as_of AS timestamptz) < v.valid_to)"
-)
+
+def _documents_at(document: str = "") -> str:
+    """Each document as it was at :as_of, shaped as ``documents`` (the visibility and filter
+    predicates read it unchanged), its tenant and ACL as now (see the module's rules); only
+    ``document`` (an SQL expression of its doc_id) when given, read by its keys."""
+    live = f" AND d.doc_id = {document}" if document else ""
+    kept = f" AND v.doc_id = {document}" if document else ""
+    return (
+        "SELECT d.doc_id, d.tenant, d.title, d.acl, d.metadata, d.occurred_at FROM documents d"  # noqa: S608 - constants
+        f" WHERE NOT d.deleted AND d.occurred_at <= CAST(:as_of AS timestamptz){live}"
+        " UNION ALL"
+        " SELECT v.doc_id, rule.tenant, v.title, rule.acl, v.metadata, v.valid_from"
+        " FROM document_versions v CROSS JOIN LATERAL (SELECT r.tenant, r.acl FROM ("
+        "  SELECT 0 AS o, cur.tenant, cur.acl FROM documents cur"
+        "   WHERE cur.doc_id = v.doc_id AND NOT cur.deleted"
+        "  UNION ALL (SELECT 1, l.tenant, l.acl FROM document_versions l"
+        "   WHERE l.doc_id = v.doc_id ORDER BY l.valid_to DESC, l.id DESC LIMIT 1))"
+        "  r ORDER BY r.o LIMIT 1) rule"
+        " WHERE v.valid_from <= CAST(:as_of AS timestamptz)"
+        f" AND CAST(:as_of AS timestamptz) < v.valid_to{kept}"
+    )
+
+
 _CHUNKS_AT = (
     "chunks_at AS ("
     " SELECT c.id, c.doc_id, c.text, c.embedding, c.tsv FROM chunks c"
@@ -77,9 +79,15 @@ _CHUNKS_AT = (
     "  WHERE h.valid_from <= CAST(:as_of AS timestamptz)"
     "  AND CAST(:as_of AS timestamptz) < h.valid_to)"
 )
+# A passage's document, probed by its key per candidate (so the dense read can follow the
+# HNSW order and stop at k); the documents as a whole where a read lists them.
 _TABLES = (
     (re.compile(r"\bchunks c\b"), "chunks_at c"),
-    (re.compile(r"\bdocuments d\b"), "documents_at d"),
+    (re.compile(r"\bFROM documents d\b"), "FROM documents_at d"),
+    (
+        re.compile(r"\bJOIN documents d USING \(doc_id\)"),
+        f"CROSS JOIN LATERAL ({_documents_at('c.doc_id')}) d",
+    ),
 )
 
 
@@ -87,12 +95,34 @@ def at_time(sql: str) -> str:
     """A read of ``chunks c`` and ``documents d`` made a read of the state as of ``:as_of``."""
     for table, past in _TABLES:
         sql = table.sub(past, sql)
-    with_tables = f"WITH {_DOCUMENTS_AT}, {_CHUNKS_AT}"
+    with_tables = f"WITH documents_at AS ({_documents_at()}), {_CHUNKS_AT}"
     return f"{with_tables}, {sql[5:]}" if sql.startswith("WITH ") else f"{with_tables} {sql}"
 
 
+def _nearest(visible: bool) -> str:
+    """The dense read as of :as_of: the current chunks it had (the HNSW index, scanned until
+    k pass) and the removed ones that held then (scored exhaustively: a past state has no
+    index), each side's k nearest, then the k nearest of both."""
+    where = f" AND {DOC_VISIBLE}" if visible else ""
+    document = f"CROSS JOIN LATERAL ({_documents_at('c.doc_id')}) d"
+    side = (
+        "(SELECT c.id, c.doc_id, d.title, c.text, c.embedding <=> CAST(:q AS vector) AS dist"  # noqa: S608 - constants
+        " FROM {table} c " + document + " WHERE {held}" + where + " ORDER BY dist LIMIT :k)"
+    )
+    current = side.format(table="chunks", held="c.born_at <= CAST(:as_of AS timestamptz)")
+    removed = side.format(
+        table="chunk_history",
+        held="c.valid_from <= CAST(:as_of AS timestamptz)"
+        " AND CAST(:as_of AS timestamptz) < c.valid_to",
+    )
+    return (
+        f"SELECT n.id, n.doc_id, n.title, n.text, 1 - n.dist FROM ({current} UNION ALL"  # noqa: S608 - constants
+        f" {removed}) n ORDER BY n.dist, n.id LIMIT :k"
+    )
+
+
 _READS = (
-    Filtered.of(at_time(NEAREST_SQL), at_time(NEAREST_VISIBLE_SQL)),
+    Filtered.of(_nearest(visible=False), _nearest(visible=True)),
     Filtered.of(at_time(SCORE_SQL), at_time(SCORE_VISIBLE_SQL)),
     Filtered.of(at_time(CHUNKS_SQL), at_time(CHUNKS_VISIBLE_SQL)),
 )
@@ -140,4 +170,4 @@ async def past_reads(
     frequencies = DocumentFrequencies(known=known, chunks=int(chunks))
     stats = CorpusStats(int(chunks), max(float(avg_length), 1.0), frequencies)
     nearest, bm25, load = _READS
-    return PassageReads(nearest, bm25, load, values, indexed=False), stats
+    return PassageReads(nearest, bm25, load, values, filtered=True), stats

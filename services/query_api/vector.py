@@ -44,8 +44,9 @@ class PassageReads:
     bm25: Filtered
     load: Filtered
     values: Mapping[str, object] = field(default_factory=dict)
-    # The current form runs the HNSW index, whose visibility filter may need a longer scan.
-    indexed: bool = True
+    # The HNSW scan drops rows that fail a filter besides visibility (a past state's): keep
+    # scanning until k pass, for every caller.
+    filtered: bool = False
 
 
 CURRENT = PassageReads(_VECTOR, SCORE, _LOAD)
@@ -71,10 +72,9 @@ async def vector_search(
     reads: PassageReads = CURRENT,
 ) -> list[ScoredChunk]:
     """The k chunks nearest the query embedding (live documents the caller can see)."""
-    if reads.indexed:
-        await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
-        if not caller.unfiltered:
-            await _scan_until_k(conn)
+    await conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
+    if reads.filtered or not caller.unfiltered:
+        await _scan_until_k(conn)
     values = {**reads.values, "q": vector_literal(query_embedding), "k": k}
     rows = await conn.execute(*reads.nearest.bind(caller, values))
     return [ScoredChunk(r[0], r[1], r[2], r[3], float(r[4])) for r in rows.all()]
