@@ -14,8 +14,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.core.access import Caller
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import QueryService
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import QueryService
 
 
 @dataclass

@@ -52,7 +52,7 @@ from synth_corpus import Corpus, questions  # noqa: E402
 from services.core.access import Caller  # noqa: E402
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
-from services.query_api.schemas import QueryRequest  # noqa: E402
+from services.retrieval.schemas import QueryRequest  # noqa: E402
 
 MODES = ("vector", "local", "global")  # the modes with latency targets
 CALLERS = {"operator": Caller.operator(), "restricted": Caller()}

@@ -34,7 +34,7 @@ from sqlalchemy import text  # noqa: E402
 from services.core.access import Caller  # noqa: E402
 from services.core.db.engine import make_engine  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
-from services.query_api.schemas import QueryRequest  # noqa: E402
+from services.retrieval.schemas import QueryRequest  # noqa: E402
 
 MODES = ("vector", "local", "global")
 CALLERS = {"operator": Caller.operator(), "restricted": Caller()}

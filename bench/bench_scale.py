@@ -51,7 +51,7 @@ from services.core.models import build_embedder, build_extractor  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
 from services.eval.metrics import summarise  # noqa: E402
 from services.eval.runner import MODES, run_questions  # noqa: E402
-from services.query_api.service import (  # noqa: E402
+from services.retrieval.service import (  # noqa: E402
     QUERY_CPU_WORKERS,
     QueryService,
     build_query_service,

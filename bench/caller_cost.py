@@ -38,8 +38,8 @@ from _statement_profile import profile_mode  # noqa: E402
 from services.core.access import Caller  # noqa: E402
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
-from services.query_api.app import build_service  # noqa: E402
-from services.query_api.schemas import QueryRequest  # noqa: E402
+from services.retrieval.compose import build_service  # noqa: E402
+from services.retrieval.schemas import QueryRequest  # noqa: E402
 
 CALLERS = {"operator": Caller.operator(), "anonymous": Caller()}
 # --half: every other document (by doc_id) gets the ACL ["g1"] for the run (restored after),

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from services.core.settings import Settings  # noqa: E402
 from services.eval.runner import EvalConfig, evaluate  # noqa: E402
-from services.query_api import chain_search, chains  # noqa: E402
+from services.retrieval import chain_search, chains  # noqa: E402
 
 INSIDE: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
     "inside", default=None

@@ -22,7 +22,7 @@ from services.core.access import Caller
 from services.core.db import migrations
 from services.core.infra.postgres import EmbeddedPostgres
 from services.core.settings import Settings
-from services.query_api.schemas import QueryRequest
+from services.retrieval.schemas import QueryRequest
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -26,8 +26,8 @@ from services.core.embedding import OnnxMiniLmEmbedder  # noqa: E402
 from services.core.extraction import SpacyExtractor  # noqa: E402
 from services.eval.metrics import mode_report  # noqa: E402
 from services.eval.runner import load_jsonl, run_questions  # noqa: E402
-from services.query_api.local import LocalWeights  # noqa: E402
-from services.query_api.service import QueryConfig, QueryService  # noqa: E402
+from services.retrieval.local import LocalWeights  # noqa: E402
+from services.retrieval.service import QueryConfig, QueryService  # noqa: E402
 
 QUESTIONS = ROOT.parent / "shared" / "data" / "hotpotqa-train100" / "questions.jsonl"
 # (mode, config overrides, (vector, lexical, graph) weights)

@@ -36,8 +36,8 @@ import httpx
 from pydantic import BaseModel
 
 from services.core.retry_after import retry_after_seconds
-from services.query_api.documents import DocumentRead
-from services.query_api.schemas import (
+from services.retrieval.documents import DocumentRead
+from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
     CurationOut,

@@ -1,7 +1,7 @@
 """Live documents by (tenant, acl): the whole-corpus check of the query API.
 
 A caller without an admin key had every read filtered row by row through ``documents``
-(services/query_api/visibility.py), 5-25x the operator's cost even when every document is
+(services/retrieval/visibility.py), 5-25x the operator's cost even when every document is
 visible to it (a corpus without tenants or ACLs read by an anonymous caller: issue 20). The
 query API now asks first, in the request's transaction, whether the caller sees every live
 document, and then reads as the operator does. The question needs the distinct tenants of

@@ -1,6 +1,6 @@
 """Entities' mention counts by id, in an index of their own: local mode's bridge step.
 
-Local mode's neighbourhood (services/query_api/neighbourhood.py) takes the entities of the
+Local mode's neighbourhood (services/retrieval/neighbourhood.py) takes the entities of the
 first step's passages rarest first: it reads the mention count of every candidate entity,
 tens of thousands of them for a question near a well-connected entity of a 100k-entity graph.
 Read from the table, that was a scan of every entity row (about 2 KB each with the name's

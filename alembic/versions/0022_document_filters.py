@@ -1,9 +1,9 @@
 """Query filters on document metadata and time (issue 31): ``kgstream_doc_matches`` and an index
 on ``documents.occurred_at``.
 
-A query's ``filters`` narrow the documents it reads (services/query_api/filters.py); every read
+A query's ``filters`` narrow the documents it reads (services/retrieval/filters.py); every read
 states them as one predicate over ``documents d`` next to the visibility predicate
-(services/query_api/visibility.py): ``occurred_at`` against two bound instants, and the
+(services/retrieval/visibility.py): ``occurred_at`` against two bound instants, and the
 metadata conditions as one bound jsonb array evaluated by this function, so the statement text
 stays a constant whatever the filter.
 

@@ -255,8 +255,8 @@ def query(
     from pydantic import ValidationError
 
     from services.cli.query import filters_from_options, run_query
-    from services.query_api.as_of import HistoryNotKept
-    from services.query_api.schemas import QueryRequest
+    from services.retrieval.as_of import HistoryNotKept
+    from services.retrieval.schemas import QueryRequest
 
     settings = _settings()
     try:

@@ -40,10 +40,10 @@ def mcp() -> None:
 async def _serve(settings: Settings) -> None:
     from services.core.db.engine import check_schema
     from services.core.infra.manager import resolve_endpoints
-    from services.query_api.app import build_service
     from services.query_api.ingest import DocumentPublisher
     from services.query_api.mcp_server import build_server
     from services.query_api.operations import Operations
+    from services.retrieval.compose import build_service
 
     endpoints = resolve_endpoints(settings)
     with contextlib.redirect_stdout(sys.stderr):  # nothing but the protocol on stdout

@@ -14,8 +14,8 @@ from services.core.errors import KgstreamError
 from services.core.infra.errors import InfraError
 from services.core.infra.manager import resolve_endpoints
 from services.core.settings import Settings
-from services.query_api.app import build_service
-from services.query_api.schemas import QueryRequest, QueryResponse
+from services.retrieval.compose import build_service
+from services.retrieval.schemas import QueryRequest, QueryResponse
 
 
 class ApiError(KgstreamError):

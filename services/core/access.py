@@ -20,11 +20,11 @@ class Caller:
     groups: frozenset[str] = field(default_factory=frozenset)
     admin: bool = False
     key_id: int | None = None
-    # Set per read transaction (services/query_api/visibility.widened), never from a key: every
+    # Set per read transaction (services/retrieval/visibility.widened), never from a key: every
     # live document is visible to this caller in the transaction's snapshot, so its reads need
     # no per-row visibility filter. It grants nothing an admin key grants (writes, status).
     whole_corpus: bool = False
-    # Set per query from its filters (services/query_api/filters.py): the reads see only the
+    # Set per query from its filters (services/retrieval/filters.py): the reads see only the
     # visible documents in this scope. Narrows, never widens; the ACL rule above is unchanged.
     scope: DocScope | None = None
 

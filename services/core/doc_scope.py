@@ -1,7 +1,7 @@
 """Which documents a read is about: the compiled form of a query's ``filters``
-(services/query_api/filters.py), carried by the :class:`~services.core.access.Caller` so that
+(services/retrieval/filters.py), carried by the :class:`~services.core.access.Caller` so that
 every read that states document visibility states the scope with it
-(services/query_api/visibility.py). A scope only narrows: a read sees the documents that are
+(services/retrieval/visibility.py). A scope only narrows: a read sees the documents that are
 both visible to the caller and in scope.
 
 In SQL the scope is one predicate with bound values (``DOC_MATCHES``): ``occurred_at`` in

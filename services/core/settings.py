@@ -488,7 +488,7 @@ class Settings(BaseSettings):
     query_ground_metadata: bool = Field(
         default=True,
         description="A question that names a value of a facet of the documents' metadata (a "
-        "source, a department: services/query_api/facets.py) reads only the documents with it, "
+        "source, a department: services/retrieval/facets.py) reads only the documents with it, "
         "when the query has no filters of its own; read again without them when they answer "
         "nothing.",
     )

@@ -39,7 +39,7 @@ MONTH_NAMES = (
 )
 _MONTHS = {m[:3].casefold(): i for i, m in enumerate(MONTH_NAMES, start=1)}
 # A month's name, whole or short ("Sept."), and a year 1000-2099: regex parts, no groups
-# (services/query_api/time_scope.py reads questions with them too).
+# (services/retrieval/time_scope.py reads questions with them too).
 MONTH_PATTERN = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"

@@ -34,7 +34,7 @@ class QuestionResult:
     references: tuple[str, ...] = ()  # the reference answer and its aliases
     llm_calls: int = 0  # chat completions the query made (routing, follow-ups, answer)
     llm_tokens: int = 0  # their prompt + completion tokens
-    followup_tokens: int = 0  # of which the follow-up decisions' (services/query_api/multistep.py)
+    followup_tokens: int = 0  # of which the follow-up decisions' (services/retrieval/multistep.py)
     hop_gold: tuple[str, ...] = ()  # each hop's gold doc_id in hop order (last: the answer's)
     num_hops: int = 0  # the question's hop count when it states one
     unanswerable: bool = False  # the set says nothing answers it (services/eval/abstention.py)

@@ -34,8 +34,8 @@ from services.eval.communities import ensure_snapshot
 from services.eval.metrics import QuestionResult, dedupe, mode_report, question_row
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.handlers import handle_batch
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import QUERY_CPU_WORKERS, QueryService, build_query_service
 
 log = logging.getLogger(__name__)
 BATCH = 16

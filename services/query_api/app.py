@@ -6,17 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.core.db.engine import DbTimeouts, check_schema, make_engine
+from services.core.db.engine import check_schema
 from services.core.infra.manager import Endpoints
-from services.core.llm.client import process_client
-from services.core.models import build_embedder, build_extractor
 from services.core.settings import Settings
 from services.core.telemetry.models import PrometheusModelMeter
 from services.core.telemetry.process import ProcessOps
@@ -25,33 +22,28 @@ from services.query_api import auth, curation_routes, dashboard, mcp_server, pro
 from services.query_api.heartbeat import Heartbeat
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
-from services.query_api.metrics import HttpMetrics, refresh_snapshot
-from services.query_api.monitoring import FeedbackLedger
+from services.query_api.metrics import HttpMetrics, PrometheusReadObserver, refresh_snapshot
 from services.query_api.operations import Operations
 from services.query_api.probe_server import ProbeServer
 from services.query_api.readiness import Readiness
-from services.query_api.replicas import ReadRouter, measuring
 from services.query_api.routes import router
-from services.query_api.service import QUERY_CPU_WORKERS, QueryService, build_query_service
+from services.retrieval import compose
+from services.retrieval.monitoring import FeedbackLedger
+from services.retrieval.replicas import measuring
+from services.retrieval.service import QueryService
 
 log = logging.getLogger(__name__)
 
 
 def build_service(settings: Settings, database_url: str, *, replicas: bool = False) -> QueryService:
-    """The query service with its engine and models (used by the API and the CLI); with
-    ``replicas`` (the API), reads go to KGSTREAM_DATABASE_READ_URL's replicas once its lag
-    monitor runs (``measuring``)."""
-    client = process_client(settings)  # the process's one OpenAI client (None offline)
-    engine = make_engine(database_url, timeouts=DbTimeouts.from_settings(settings))
-    return build_query_service(
+    """The query service of services/retrieval/compose.py with the API's metrics: model calls
+    and reads reported to Prometheus."""
+    return compose.build_service(
         settings,
-        engine,
-        build_embedder(settings, client),
-        build_extractor(settings, client),
-        ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS, thread_name_prefix="kgstream-query"),
-        client=client,
+        database_url,
+        replicas=replicas,
         meter=PrometheusModelMeter(),
-        reads=ReadRouter.from_settings(settings, engine, replicas=replicas),
+        observer=PrometheusReadObserver(),
     )
 
 

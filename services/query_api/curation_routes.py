@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from services.core.curations import Curation, CurationError, create, get, list_all, undo
 from services.query_api.auth import ADMIN, Principal, authenticate
 from services.query_api.problems import Problem
-from services.query_api.schemas import CurationOut, CurationRequest, CurationsResponse, UndoRequest
+from services.retrieval.schemas import CurationOut, CurationRequest, CurationsResponse, UndoRequest
 
 router = APIRouter(tags=["curation"], dependencies=[ADMIN])
 _STATUS = {"invalid": 422, "not_found": 404, "conflict": 409}

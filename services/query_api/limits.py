@@ -23,7 +23,7 @@ from services.core.settings import Settings
 from services.query_api.auth import PRINCIPAL_STATE, Principal, Unauthorized
 from services.query_api.metrics import REJECTED
 from services.query_api.problems import RETRY_AFTER_S, Problem, ProblemResponse, problem
-from services.query_api.schemas import QueryRequest
+from services.retrieval.schemas import QueryRequest
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BODILESS_METHODS = frozenset({"GET", "HEAD"})

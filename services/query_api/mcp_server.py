@@ -37,13 +37,13 @@ from services.query_api.auth import (
     Unauthorized,
     is_loopback,
 )
-from services.query_api.documents import DocumentRead
-from services.query_api.fact_times import MAX_FACTS
-from services.query_api.filters import Filters, scoped
 from services.query_api.limits import replayed
 from services.query_api.operations import Operations
 from services.query_api.problems import as_problem, problem
-from services.query_api.schemas import (
+from services.retrieval.documents import DocumentRead
+from services.retrieval.fact_times import MAX_FACTS
+from services.retrieval.filters import Filters, scoped
+from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
     CommunityHit,
@@ -60,8 +60,8 @@ from services.query_api.schemas import (
     RequestMode,
     error_summary,
 )
-from services.query_api.schemas import Context as Passage
-from services.query_api.schemas import (
+from services.retrieval.schemas import Context as Passage
+from services.retrieval.schemas import (
     Route as GraphRoute,
 )
 

@@ -3,6 +3,7 @@ counts every HTTP request by route template, and the reading of the snapshot it 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Iterator
 
@@ -12,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.routing import BaseRoute, Match, Mount, Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.query_api.monitoring import PathWindow, PatternLabels
-from services.query_api.schemas import QueryResponse
+from services.retrieval.monitoring import PathWindow, PatternLabels
+from services.retrieval.schemas import QueryResponse
 
 QUERY_REQUESTS = Counter(
     "kgstream_query_requests_total",
@@ -52,7 +53,7 @@ OUTBOX_FAILURES = Counter(
     "Accepted ingest batches the database did not keep for a broker loss (still accepted: the "
     "broker had them)",
 )
-# Retrieval monitoring (issue 21; services/query_api/monitoring.py, docs/curation.md).
+# Retrieval monitoring (issue 21; services/retrieval/monitoring.py, docs/curation.md).
 QUERY_PATHS = Counter(
     "kgstream_query_paths_total",
     "Answered queries by path pattern (mode, hops, relation types; at most 64 names a process,"
@@ -76,7 +77,7 @@ QUERY_FEEDBACK = Counter(
 )
 _PATTERNS = PatternLabels()
 _WINDOW = PathWindow()
-# Read replicas (issue 20; services/query_api/replicas.py). Targets and replicas are named
+# Read replicas (issue 20; services/retrieval/replicas.py). Targets and replicas are named
 # primary and replica-<n> (the n-th URL of KGSTREAM_DATABASE_READ_URL): a bounded set.
 READS = Counter(
     "kgstream_query_reads_total",
@@ -215,3 +216,27 @@ def _served(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
 def _matches(route: BaseRoute, scope: Scope) -> bool:
     match, _ = route.matches(scope)
     return match == Match.FULL
+
+
+class PrometheusReadObserver:
+    """The read router's events as the kgstream_query_read* and kgstream_replica_* series
+    (services/retrieval/read_observer.py)."""
+
+    def read(self, target: str) -> None:
+        READS.labels(target=target).inc()
+
+    def fallback(self, reason: str) -> None:
+        READ_FALLBACKS.labels(reason=reason).inc()
+
+    def waiting(self, target: str, delta: int) -> None:
+        READ_WAITING.labels(target=target).inc(delta)
+
+    def waited(self, outcome: str, seconds: float) -> None:
+        READ_WAIT_SECONDS.labels(outcome=outcome).observe(seconds)
+
+    def replica(
+        self, name: str, *, usable: bool, lag_bytes: float | None, lag_s: float | None
+    ) -> None:
+        REPLICA_USABLE.labels(replica=name).set(1 if usable else 0)
+        REPLICA_LAG_BYTES.labels(replica=name).set(math.nan if lag_bytes is None else lag_bytes)
+        REPLICA_LAG_SECONDS.labels(replica=name).set(math.nan if lag_s is None else lag_s)

@@ -2,8 +2,10 @@
 communities, read a document, publish document events, report status. The HTTP routes
 (routes.py) and the MCP tools (mcp_server.py) are two translations of these calls; the checks
 that decide who may do what (tenant binding, visibility, bounds) live here or below, never in
-a translation, so both answer every caller alike. Failures are ``Problem``s (an HTTP status,
-a title and a detail), which each translation renders its own way."""
+a translation, so both answer every caller alike. Failures are the engine's refusals
+(services/retrieval/errors.py) or, for what only this edge decides (a key's tenant),
+``Problem``s; problems.py gives each its HTTP status and title, which each translation renders
+its own way."""
 
 from __future__ import annotations
 
@@ -19,10 +21,6 @@ from services.core import accepted_events
 from services.core.access import Caller
 from services.core.settings import Settings
 from services.core.status import database_status
-from services.query_api.documents import DocumentRead, read_document
-from services.query_api.entities import entity_detail, search_entities
-from services.query_api.fact_times import Window, read_facts
-from services.query_api.global_mode import list_communities
 from services.query_api.ingest import (
     NOT_HELD,
     DocumentPublisher,
@@ -35,9 +33,14 @@ from services.query_api.ingest import (
 )
 from services.query_api.limits import within_limits
 from services.query_api.metrics import OUTBOX_FAILURES, observe_failed_query, observe_query
-from services.query_api.paths import find_routes
 from services.query_api.problems import Problem, as_problem
-from services.query_api.schemas import (
+from services.retrieval.documents import DocumentRead, read_document
+from services.retrieval.entities import entity_detail, search_entities
+from services.retrieval.errors import Invalid, NotFound
+from services.retrieval.fact_times import Window, read_facts
+from services.retrieval.global_mode import list_communities
+from services.retrieval.paths import find_routes
+from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
     EntityDetail,
@@ -48,7 +51,7 @@ from services.query_api.schemas import (
     QueryRequest,
     QueryResponse,
 )
-from services.query_api.service import QueryService
+from services.retrieval.service import QueryService
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ class Operations:
         async with self.service.read_as(caller) as (conn, _, reader):
             found = await entity_detail(conn, entity_id, neighbours, caller=reader)
         if found is None:
-            raise Problem(404, "Entity not found", f"no entity has id {entity_id}")
+            raise NotFound("Entity not found", f"no entity has id {entity_id}")
         return found
 
     async def entity_by_ref(self, ref: str, neighbours: int, caller: Caller) -> EntityDetail:
@@ -97,7 +100,7 @@ class Operations:
             summary = await _resolve(conn, ref, "entity", reader)
             found = await entity_detail(conn, summary.id, neighbours, caller=reader)
         if found is None:  # gone between the two reads
-            raise Problem(404, "Entity not found", f"entity={ref!r} matches no entity")
+            raise NotFound("Entity not found", f"entity={ref!r} matches no entity")
         return found
 
     async def paths(
@@ -106,7 +109,7 @@ class Operations:
         """k shortest paths (≤ max_hops) between two entities given by id or name."""
         if not 1 <= k <= 10 or not 1 <= max_hops <= MAX_HOPS:
             detail = f"k must be 1-10 and max_hops 1-{MAX_HOPS} (got k={k}, max_hops={max_hops})"
-            raise Problem(422, "Invalid request", detail)
+            raise Invalid("Invalid request", detail)
         async with self.service.read_as(caller) as (conn, snapshot_id, reader):
             ends = [
                 await _resolve(conn, source, "from", reader),
@@ -130,9 +133,9 @@ class Operations:
         try:
             window = Window(at=at, lo=since, hi=until)
         except ValueError as exc:
-            raise Problem(422, "Invalid request", str(exc)) from None
+            raise Invalid("Invalid request", str(exc)) from None
         if entity is None and window.open:
-            raise Problem(422, "Invalid request", "name an entity, a day (at) or days (from, to)")
+            raise Invalid("Invalid request", "name an entity, a day (at) or days (from, to)")
         async with self.service.read_as(caller) as (conn, _, reader):
             found = None if entity is None else await _resolve(conn, entity, "entity", reader)
             facts = await read_facts(
@@ -163,7 +166,7 @@ class Operations:
         async with self.service.read_as(caller) as (conn, _, reader):
             found = await read_document(conn, doc_id, reader)
         if found is None:
-            raise Problem(404, "Document not found", "no live document with this id is visible")
+            raise NotFound("Document not found", "no live document with this id is visible")
         return found
 
     async def ingest(
@@ -182,7 +185,7 @@ class Operations:
         )
         if problems:
             detail = f"{len(problems)} invalid event(s); nothing was published"
-            raise Problem(422, "Invalid document events", detail, errors=problems)
+            raise Invalid("Invalid document events", detail, problems)
         if tenant_bound(caller):
             async with self.service.engine.connect() as conn:
                 rows = await stored_documents(conn, [str(e["doc_id"]) for e in events])
@@ -202,7 +205,7 @@ class Operations:
             stored = (await stored_documents(conn, [doc_id])).get(doc_id)
         bound = tenant_bound(caller)
         if bound and not writable_by(stored, caller.tenant):
-            raise Problem(404, "Document not found", NOT_HELD)
+            raise NotFound("Document not found", NOT_HELD)
         event = delete_event(
             doc_id,
             stored=stored,
@@ -246,5 +249,5 @@ async def _resolve(conn: AsyncConnection, ref: str, param: str, caller: Caller) 
             return EntitySummary(**found.model_dump(include=set(EntitySummary.model_fields)))
     matches = await search_entities(conn, ref, 1, caller=caller)
     if not matches:
-        raise Problem(404, "Entity not found", f"{param}={ref!r} matches no entity")
+        raise NotFound("Entity not found", f"{param}={ref!r} matches no entity")
     return matches[0]

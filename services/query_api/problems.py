@@ -16,8 +16,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
 
 from services.core.errors import ConfigurationError, TransientError
-from services.query_api.as_of import HistoryNotKept
-from services.query_api.replicas import NotCaughtUp
+from services.retrieval.as_of import HistoryNotKept
+from services.retrieval.errors import NotFound, Refused
+from services.retrieval.replicas import NotCaughtUp
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
@@ -84,8 +85,8 @@ def as_problem(exc: BaseException) -> Problem | None:
     unexpected one (a 500 that only the log explains)."""
     if isinstance(exc, Problem):
         return exc
-    if isinstance(exc, HistoryNotKept | NotCaughtUp):
-        return _unreachable(exc)
+    if isinstance(exc, Refused | HistoryNotKept | NotCaughtUp):
+        return _refused(exc)
     if isinstance(exc, TransientError):
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         return Problem(503, "Service unavailable", str(exc)[:300], headers=retry)
@@ -96,8 +97,13 @@ def as_problem(exc: BaseException) -> Problem | None:
     return None
 
 
-def _unreachable(exc: HistoryNotKept | NotCaughtUp) -> Problem:
-    """A state the read cannot reach: before the history kept, or not replicated yet."""
+def _refused(exc: Refused | HistoryNotKept | NotCaughtUp) -> Problem:
+    """The engine's refusals: what is not there (404) or cannot be asked so (422), and a
+    state the read cannot reach (before the history kept, or not replicated yet)."""
+    if isinstance(exc, Refused):
+        status = 404 if isinstance(exc, NotFound) else 422
+        extra: dict[str, Any] = {"errors": exc.errors} if exc.errors else {}
+        return Problem(status, exc.title, exc.detail, **extra)
     if isinstance(exc, HistoryNotKept):
         since = exc.kept_since.isoformat() if exc.kept_since else None
         return Problem(422, "History not kept", str(exc), kept_since=since)
@@ -151,6 +157,7 @@ def install(app: FastAPI) -> None:
         )
 
     for known in (
+        Refused,
         HistoryNotKept,
         NotCaughtUp,
         TransientError,

@@ -22,8 +22,8 @@ from services.core.db.engine import DbTimeouts, make_engine
 from services.core.deadline import BackgroundLoop, DeadlineExceeded, LoopStopped, SingleFlight
 from services.core.indexer_health import OffsetReader, health, read_progress
 from services.core.settings import Settings
-from services.query_api.replicas import ReadRouter
-from services.query_api.snapshot import read_snapshot
+from services.retrieval.replicas import ReadRouter
+from services.retrieval.snapshot import read_snapshot
 
 ENDS_MAX_AGE_S = 30.0
 T = TypeVar("T")

@@ -12,17 +12,17 @@ from pydantic import ValidationError
 
 from services.core.access import Caller
 from services.query_api.auth import ADMIN, INGEST, QUERY, CallerDep
-from services.query_api.documents import DocumentRead
-from services.query_api.fact_times import MAX_FACTS
-from services.query_api.filters import Filters, scoped
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import LimitedQuery
 from services.query_api.metrics import observe_feedback
-from services.query_api.monitoring import FeedbackLedger, parse_query_id
 from services.query_api.operations import Operations
 from services.query_api.problems import Problem
 from services.query_api.readiness import Readiness
-from services.query_api.schemas import (
+from services.retrieval.documents import DocumentRead
+from services.retrieval.fact_times import MAX_FACTS
+from services.retrieval.filters import Filters, scoped
+from services.retrieval.monitoring import FeedbackLedger, parse_query_id
+from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
     EntityDetail,

@@ -33,15 +33,15 @@ from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.llm.client import process_client
 from services.core.settings import Settings
-from services.query_api import service as service_module
-from services.query_api import vector, visibility
 from services.query_api.app import create_app
 from services.query_api.auth import get_caller
-from services.query_api.filters import Filters
-from services.query_api.llm import OpenAIChat
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import QueryService, build_query_service
-from services.query_api.visibility import widened
+from services.retrieval import service as service_module
+from services.retrieval import vector, visibility
+from services.retrieval.filters import Filters
+from services.retrieval.llm import OpenAIChat
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import QueryService, build_query_service
+from services.retrieval.visibility import widened
 from tests.conftest import Infra
 from tests.support.mcp_client import LOCAL, mcp_client, payload, sessions_running
 from tests.support.openai_stub import OpenAIStub

@@ -20,11 +20,11 @@ from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
 from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
-from services.query_api.global_mode import list_communities
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import QueryService, build_query_service
-from services.query_api.snapshot import read_snapshot
-from services.query_api.visibility import entity_facts
+from services.retrieval.global_mode import list_communities
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import QueryService, build_query_service
+from services.retrieval.snapshot import read_snapshot
+from services.retrieval.visibility import entity_facts
 from tests.support.query_fixtures import SAMPLE
 
 pytestmark = pytest.mark.integration

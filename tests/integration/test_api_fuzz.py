@@ -31,7 +31,7 @@ from services.core.infra.manager import Endpoints
 from services.core.infra.topics import ensure_topics
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 from tests.support.graph import drop_database
 from tests.support.query_fixtures import clone_database

@@ -37,7 +37,7 @@ from services.core.infra.topics import ensure_topics
 from services.core.producer import PublishReport, publish_numbered, topic_max_message_bytes
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 from tests.integration.test_auth import app_routes
 from tests.integration.test_query_llm_ingest import consume
@@ -76,7 +76,7 @@ async def make_client(
             documents_topic=topic,
             **overrides,
         )
-        from services.query_api.service import build_query_service
+        from services.retrieval.service import build_query_service
 
         engine = make_engine(sample_db)
         engines.append(engine)

@@ -1,5 +1,5 @@
 """``as_of`` (issue 31, step 4): vector mode reads the documents as they were at a past time
-by their own clock (services/query_api/as_of.py), from the history the indexer keeps
+by their own clock (services/retrieval/as_of.py), from the history the indexer keeps
 (services/indexer/graph_store/history.py, alembic 0025).
 
 The property: after any sequence of upserts, deletes, replays and stale events, a query as of
@@ -26,11 +26,11 @@ from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.core.settings import Settings
 from services.indexer.graph_store.history import prune
-from services.query_api.as_of import HistoryNotKept, past_reads
-from services.query_api.lexical import StatsCache, bm25_search
-from services.query_api.schemas import QueryRequest, QueryResponse
-from services.query_api.service import build_query_service
-from services.query_api.vector import CURRENT, load_chunks, vector_search
+from services.retrieval.as_of import HistoryNotKept, past_reads
+from services.retrieval.lexical import StatsCache, bm25_search
+from services.retrieval.schemas import QueryRequest, QueryResponse
+from services.retrieval.service import build_query_service
+from services.retrieval.vector import CURRENT, load_chunks, vector_search
 from tests.integration.test_graph_properties import (
     KEPT_CHUNKS_MOVE,
     TOMBSTONE_HOLDS,

@@ -35,7 +35,7 @@ from services.core.settings import Settings
 from services.query_api import auth as auth_module
 from services.query_api.app import create_app
 from services.query_api.auth import QUERY, CallerDep
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 from tests.support.query_fixtures import clone_database
 

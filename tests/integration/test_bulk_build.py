@@ -19,8 +19,8 @@ from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import build_query_service
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import build_query_service
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # as the benches run
 from bulk_build import build, plain, read_schema

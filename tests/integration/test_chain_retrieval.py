@@ -1,4 +1,4 @@
-"""Local mode's chains on a real database (services/query_api/chain_search.follow_chains): the later
+"""Local mode's chains on a real database (services/retrieval/chain_search.follow_chains): the later
 hops of a 3-hop question are reached through bridge entities the indexer linked, and a name the
 question states is not followed as a bridge."""
 
@@ -12,8 +12,8 @@ from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps
-from services.query_api import chain_search
-from services.query_api.lexical import StatsCache
+from services.retrieval import chain_search
+from services.retrieval.lexical import StatsCache
 from tests.support.graph import apply_events
 from tests.support.records import document_event
 

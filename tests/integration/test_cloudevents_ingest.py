@@ -29,7 +29,7 @@ from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, RawRecord, handle_record
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 from tests.support.cli import kgstream
 from tests.support.graph import scalar

@@ -28,7 +28,7 @@ from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
 from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
 from services.indexer.handlers import prepare_batch, write_batch
-from services.query_api import neighbourhood
+from services.retrieval import neighbourhood
 from tests.conftest import Infra
 from tests.integration import test_graph_properties as props
 from tests.integration.test_graph_properties import Step

@@ -19,8 +19,8 @@ from sqlalchemy import text
 
 from services.core.db.engine import make_engine
 from services.core.doc_scope import ISO_TIME
-from services.query_api.filters import Filters
-from services.query_api.visibility import DOC_MATCHES
+from services.retrieval.filters import Filters
+from services.retrieval.visibility import DOC_MATCHES
 
 pytestmark = pytest.mark.integration
 

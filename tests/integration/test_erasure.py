@@ -33,7 +33,7 @@ from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.support.query_fixtures import clone_database
 from tests.support.workers import Worker, start_worker, wait_ready
 

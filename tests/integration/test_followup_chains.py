@@ -1,5 +1,5 @@
 """An LLM follow-up's local retrieval continues the chains from the passages found so far
-(services/query_api/multistep.py, chains.ChainStart) on the indexed sample: the film a town's
+(services/retrieval/multistep.py, chains.ChainStart) on the indexed sample: the film a town's
 passage names is reached through the entity the follow-up query names."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.core.settings import Settings
-from services.query_api.chain_search import follow_chains
-from services.query_api.chains import ChainStart
-from services.query_api.lexical import StatsCache
+from services.retrieval.chain_search import follow_chains
+from services.retrieval.chains import ChainStart
+from services.retrieval.lexical import StatsCache
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.settings import Settings
-from services.query_api.global_mode import global_retrieve
-from services.query_api.schemas import QueryRequest
+from services.retrieval.global_mode import global_retrieve
+from services.retrieval.schemas import QueryRequest
 from tests.support.query_fixtures import clone_database
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""A question that names a source reads that source's documents (services/query_api/facets.py),
+"""A question that names a source reads that source's documents (services/retrieval/facets.py),
 on the real database: the vocabulary read by SQL (facet fields only), the grounded filter in
 every mode with its note, visibility unchanged for a restricted caller, the read without it
 when the named documents answer nothing, and nothing grounded when the caller wrote filters."""
@@ -18,10 +18,10 @@ from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.llm.client import process_client
 from services.core.settings import Settings
-from services.query_api import router
-from services.query_api.facets import FacetCache
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import QueryService, build_query_service
+from services.retrieval import router
+from services.retrieval.facets import FacetCache
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import QueryService, build_query_service
 from tests.conftest import Infra
 from tests.support.openai_stub import OpenAIStub
 from tests.support.query_fixtures import clone_database

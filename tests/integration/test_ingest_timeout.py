@@ -18,7 +18,7 @@ from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.support.faults import own_broker
 
 pytestmark = pytest.mark.integration

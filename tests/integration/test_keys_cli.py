@@ -26,8 +26,8 @@ from services.core.infra.manager import Endpoints
 from services.core.infra.ports import free_port
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import build_query_service
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import build_query_service
 from tests.support.cli import env_for, kgstream
 from tests.support.server import serving
 

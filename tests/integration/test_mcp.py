@@ -30,7 +30,7 @@ from services.core.settings import Settings
 from services.query_api.app import create_app
 from services.query_api.auth import Principal
 from services.query_api.mcp_server import TOOL_SCOPES, build_server
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 from tests.integration.test_query_llm_ingest import consume
 from tests.support.mcp_client import mcp_client, payload, text_of

@@ -24,7 +24,7 @@ from services.core.infra.manager import Endpoints
 from services.core.infra.ports import free_port
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.support.cli import kgstream
 from tests.support.faults import (
     frozen,

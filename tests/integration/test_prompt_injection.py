@@ -25,9 +25,9 @@ from services.core.llm.adjudicator import make_adjudicator
 from services.core.llm.client import process_client
 from services.core.llm.prompts import DATA_RULE
 from services.core.settings import Settings
-from services.query_api import answer, followup
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import QueryService, build_query_service
+from services.retrieval import answer, followup
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import QueryService, build_query_service
 from tests.support.openai_stub import OpenAIStub, document_blocks, outside_blocks
 from tests.support.query_fixtures import clone_database
 

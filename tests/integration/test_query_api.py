@@ -20,9 +20,9 @@ from services.core.infra.manager import Endpoints
 from services.core.infra.ports import free_port
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.community_vectors import CommunityVectors
-from services.query_api.global_mode import rank_communities
-from services.query_api.service import build_query_service
+from services.retrieval.community_vectors import CommunityVectors
+from services.retrieval.global_mode import rank_communities
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 
 pytestmark = pytest.mark.integration
@@ -310,8 +310,8 @@ async def test_each_request_decides_whole_corpus_once(
 ) -> None:
     """The whole-corpus check runs once per read (QueryService.read_as), however many look-ups
     the request makes in it: /v1/paths resolves two names and loads routes in one read."""
-    from services.query_api import service as service_module
-    from services.query_api.visibility import widened as real
+    from services.retrieval import service as service_module
+    from services.retrieval.visibility import widened as real
 
     calls: list[Caller] = []
 

@@ -22,10 +22,10 @@ from services.core.infra.manager import Endpoints
 from services.core.infra.topics import ensure_topics
 from services.core.llm.client import process_client
 from services.core.settings import Settings
-from services.query_api import answer, followup, router
 from services.query_api.app import create_app
-from services.query_api.schemas import QueryRequest
-from services.query_api.service import QueryService, build_query_service
+from services.retrieval import answer, followup, router
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import QueryService, build_query_service
 from tests.conftest import Infra
 from tests.support.openai_stub import OpenAIStub, document_blocks
 

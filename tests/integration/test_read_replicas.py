@@ -36,9 +36,10 @@ from services.core.settings import Settings
 from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
 from services.query_api.app import create_app
-from services.query_api.replica_monitor import ReadPolicy, Replica
-from services.query_api.replicas import ReadRouter
-from services.query_api.service import build_query_service
+from services.query_api.metrics import PrometheusReadObserver
+from services.retrieval.replica_monitor import ReadPolicy, Replica
+from services.retrieval.replicas import ReadRouter
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 from tests.support.cli import ROOT, user_env
 from tests.support.faults import frozen, postgres_pids
@@ -172,7 +173,7 @@ async def api(
     engine = make_engine(pair.primary_url)
     policy = ReadPolicy(**{**policy.__dict__, "fallback": fallback})
     found = [Replica("replica-1", pair.standby_url, make_engine(pair.standby_url))]
-    router = ReadRouter.of(engine, found if replicas else [], policy)
+    router = ReadRouter.of(engine, found if replicas else [], policy, PrometheusReadObserver())
     service = build_query_service(config, engine, embedder, extractor, cpu_pool, reads=router)
     app = create_app(config, Endpoints(pair.primary_url, infra.bootstrap), service=service)
     router.start()

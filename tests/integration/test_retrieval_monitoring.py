@@ -17,8 +17,8 @@ from services.core.extraction import SpacyExtractor
 from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.query_api.app import create_app
-from services.query_api.monitoring import ab_swap, parse_query_id
-from services.query_api.service import build_query_service
+from services.retrieval.monitoring import ab_swap, parse_query_id
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 
 pytestmark = pytest.mark.integration

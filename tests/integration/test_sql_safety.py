@@ -16,7 +16,7 @@ from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps, handle_batch
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.support.records import document_event, record, rows
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.indexer.handlers import IndexerDeps
 from services.query_api.app import create_app
-from services.query_api.service import build_query_service
+from services.retrieval.service import build_query_service
 from tests.support.activity import History, build_history
 from tests.support.cli import env_for, kgstream
 from tests.support.openai_stub import OpenAIStub

@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from services.core.access import Caller
 from services.indexer.handlers import IndexerDeps, handle_batch
-from services.query_api.visibility import DOC_VISIBLE, params, widened
+from services.retrieval.visibility import DOC_VISIBLE, params, widened
 from tests.support.faults import add_fault_trigger
 from tests.support.records import document_event, record, rows
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.query_api.answer import cited_sources, extractive
-from services.query_api.answer_kind import DATE, NUMBER, ORGANISATION, PERSON, PLACE, classify
-from services.query_api.answer_span import Mention, answer_span
-from services.query_api.retrieval import Retrieval, answer_contexts
-from services.query_api.schemas import Context
+from services.retrieval.answer import cited_sources, extractive
+from services.retrieval.answer_kind import DATE, NUMBER, ORGANISATION, PERSON, PLACE, classify
+from services.retrieval.answer_span import Mention, answer_span
+from services.retrieval.contexts import Retrieval, answer_contexts
+from services.retrieval.schemas import Context
 
 
 def ctx(chunk_id: int, title: str, text: str) -> Context:

@@ -1,11 +1,11 @@
-"""Chains of passages through bridge entities (services/query_api/chains.py)."""
+"""Chains of passages through bridge entities (services/retrieval/chains.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.query_api import chains
-from services.query_api.grounding import seed_weight
+from services.retrieval import chains
+from services.retrieval.grounding import seed_weight
 
 # "What castle is in the birthplace of the performer of Falling Out?"
 # Passage 1 (the head) names the song and its performer (entity 10); passage 2, the

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from services.query_api.community_vectors import CommunityVectors, LevelVectors
+from services.retrieval.community_vectors import CommunityVectors, LevelVectors
 
 
 def vectors(rows: dict[int, list[float]]) -> LevelVectors:

@@ -1,11 +1,11 @@
-"""Grounding a question's named sources (services/query_api/facets.py): a value's forms, the
+"""Grounding a question's named sources (services/retrieval/facets.py): a value's forms, the
 longest match, one facet (the most values named), capitalised names only, never a function
 word, each tenant's values for its callers, keys a filter can name."""
 
 from __future__ import annotations
 
 from services.core.access import Caller
-from services.query_api.facets import Vocabulary, forms
+from services.retrieval.facets import Vocabulary, forms
 
 SOURCES = [
     "The Verge",

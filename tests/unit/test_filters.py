@@ -1,4 +1,4 @@
-"""A query's filters (services/query_api/filters.py): validation with clear errors, compilation
+"""A query's filters (services/retrieval/filters.py): validation with clear errors, compilation
 to a DocScope (a day covers its whole day; ranges of numbers and of times; any-of lists; dotted
 paths), the Python rule DocScope.admits, and the CLI's options."""
 
@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from services.cli.query import filters_from_options
 from services.core.doc_scope import DocScope, parse_time
-from services.query_api.filters import Filters
+from services.retrieval.filters import Filters
 
 T = datetime(2023, 11, 24, 12, tzinfo=UTC)
 

@@ -1,9 +1,9 @@
-"""Local mode's first passage-entity step (services/query_api/neighbourhood.first_step): the
+"""Local mode's first passage-entity step (services/retrieval/neighbourhood.first_step): the
 seeds always, their neighbours rarest first within the same link budget as the bridge step."""
 
 from __future__ import annotations
 
-from services.query_api.neighbourhood import MAX_BRIDGE_MENTIONS, first_step
+from services.retrieval.neighbourhood import MAX_BRIDGE_MENTIONS, first_step
 
 
 def test_seeds_always_then_rarest_neighbours_within_the_budget() -> None:

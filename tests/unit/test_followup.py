@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from services.query_api.followup import MAX_QUERY_CHARS, merge_rankings, next_query
-from services.query_api.llm import ChatReply
-from services.query_api.schemas import Context
+from services.retrieval.followup import MAX_QUERY_CHARS, merge_rankings, next_query
+from services.retrieval.llm import ChatReply
+from services.retrieval.schemas import Context
 
 
 def reply(content: object) -> ChatReply:

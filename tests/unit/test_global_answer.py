@@ -3,8 +3,8 @@ first ones' summaries as support."""
 
 from __future__ import annotations
 
-from services.query_api.answer import NO_ANSWER, extractive_global_answer
-from services.query_api.schemas import CommunityHit
+from services.retrieval.answer import NO_ANSWER, extractive_global_answer
+from services.retrieval.schemas import CommunityHit
 
 
 def hit(community_id: int, title: str, summary: str) -> CommunityHit:

@@ -6,9 +6,9 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from services.query_api.answer import extractive_answer
-from services.query_api.grounding import key_places, question_keys, subsumed
-from services.query_api.ranking import (
+from services.retrieval.answer import extractive_answer
+from services.retrieval.grounding import key_places, question_keys, subsumed
+from services.retrieval.ranking import (
     GraphSignal,
     best_paths,
     fuse,
@@ -17,7 +17,7 @@ from services.query_api.ranking import (
     zscores,
     zscores_array,
 )
-from services.query_api.schemas import Context
+from services.retrieval.schemas import Context
 
 
 def test_question_keys_find_names_not_stopwords() -> None:

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from services.query_api.ranking import mention_weight
-from services.query_api.reseed import (
+from services.retrieval.ranking import mention_weight
+from services.retrieval.reseed import (
     bridge_seeds,
     passage_counts,
     reached_passages,

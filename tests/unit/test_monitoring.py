@@ -1,11 +1,12 @@
-"""Retrieval monitoring's pure parts (services/query_api/monitoring.py): path patterns, query
+"""Retrieval monitoring's pure parts (services/retrieval/monitoring.py): path patterns, query
 ids, the A/B swap, bounded labels, the hour's window and the feedback ledger."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.query_api.monitoring import (
+from services.retrieval.contexts import Retrieval
+from services.retrieval.monitoring import (
     PATTERN_LABELS,
     FeedbackLedger,
     PathWindow,
@@ -16,8 +17,7 @@ from services.query_api.monitoring import (
     query_id,
     relation_label,
 )
-from services.query_api.retrieval import Retrieval
-from services.query_api.schemas import CommunityHit, Route
+from services.retrieval.schemas import CommunityHit, Route
 
 
 def _route(*relations: str) -> Route:

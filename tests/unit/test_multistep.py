@@ -1,4 +1,4 @@
-"""The LLM follow-up loop (services/query_api/multistep.py) over a scripted model and search:
+"""The LLM follow-up loop (services/retrieval/multistep.py) over a scripted model and search:
 each follow-up search continues the chains from the passages found so far, and what the
 follow-ups cost is reported in the response's tokens and by `kgstream eval`."""
 
@@ -10,12 +10,12 @@ from typing import Any, TypeVar
 
 from services.cli.evaluate import table
 from services.eval.metrics import QuestionResult, mode_report
-from services.query_api.chains import ChainStart
-from services.query_api.followup import FOLLOWUP_MAX_TOKENS, FOLLOWUP_SYSTEM
-from services.query_api.llm import ChatReply, Usage
-from services.query_api.multistep import FollowUps
-from services.query_api.retrieval import Retrieval
-from services.query_api.schemas import Context
+from services.retrieval.chains import ChainStart
+from services.retrieval.contexts import Retrieval
+from services.retrieval.followup import FOLLOWUP_MAX_TOKENS, FOLLOWUP_SYSTEM
+from services.retrieval.llm import ChatReply, Usage
+from services.retrieval.multistep import FollowUps
+from services.retrieval.schemas import Context
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from services.communities.app import build_deps
 from services.core.infra.manager import Endpoints
 from services.core.settings import Settings
 from services.indexer.app import create_app as create_indexer
-from services.query_api.app import build_service
+from services.retrieval.compose import build_service
 
 DB = "postgresql+psycopg://kg@127.0.0.1:1/kg"
 LLM = Settings(

@@ -18,11 +18,12 @@ from services.eval.metrics import (
     recall_at,
     reciprocal_rank,
 )
-from services.query_api.answer import parse_points
-from services.query_api.as_of import HistoryNotKept
-from services.query_api.global_mode import breadth_level
 from services.query_api.ingest import delete_event, validate_batch
-from services.query_api.lexical import (
+from services.query_api.problems import as_problem
+from services.retrieval.answer import parse_points
+from services.retrieval.as_of import HistoryNotKept
+from services.retrieval.global_mode import breadth_level
+from services.retrieval.lexical import (
     DF_DRIFT,
     DocumentFrequencies,
     StatsCache,
@@ -32,10 +33,9 @@ from services.query_api.lexical import (
     rrf,
     useful_terms,
 )
-from services.query_api.llm import ChatReply
-from services.query_api.paths import k_shortest, named_ends, path_score
-from services.query_api.problems import as_problem
-from services.query_api.router import heuristic_route, parse_llm_route
+from services.retrieval.llm import ChatReply
+from services.retrieval.paths import k_shortest, named_ends, path_score
+from services.retrieval.router import heuristic_route, parse_llm_route
 
 GOLD = frozenset({"a", "b"})
 

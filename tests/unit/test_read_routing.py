@@ -12,8 +12,8 @@ from services.cli.status_view import render
 from services.core.errors import ConfigurationError
 from services.core.replication import ReplicaLag, ReplicaPosition, lag_of, parse_lsn
 from services.core.settings import Settings
-from services.query_api.replica_monitor import ReadPolicy, Replica
-from services.query_api.replicas import ReadState, Wanted
+from services.retrieval.replica_monitor import ReadPolicy, Replica
+from services.retrieval.replicas import ReadState, Wanted
 
 
 def test_read_urls_are_normalised_and_listed() -> None:

@@ -1,15 +1,15 @@
-"""Time scopes of questions and times of sentences (services/query_api/time_scope.py), and the
-offline answer that reads them (services/query_api/answer_span.py): the span from the sentence
+"""Time scopes of questions and times of sentences (services/retrieval/time_scope.py), and the
+offline answer that reads them (services/retrieval/answer_span.py): the span from the sentence
 that holds in the scope."""
 
 from __future__ import annotations
 
 import math
 
-from services.query_api.answer import abstains, extractive
-from services.query_api.answer_span import Mention
-from services.query_api.schemas import Context
-from services.query_api.time_scope import Scope, question_scope, sentence_times
+from services.retrieval.answer import abstains, extractive
+from services.retrieval.answer_span import Mention
+from services.retrieval.schemas import Context
+from services.retrieval.time_scope import Scope, question_scope, sentence_times
 
 
 def test_question_scopes() -> None:

@@ -1,5 +1,5 @@
 """What a new version, a change of access or metadata, or a delete replaces, kept for
-``as_of`` reads (alembic 0025; services/query_api/as_of.py): the documents row and the removed
+``as_of`` reads (alembic 0025; services/retrieval/as_of.py): the documents row and the removed
 chunks, each with the span ``[valid_from, valid_to)`` of the documents' own clock in which it
 held. Written in the event's transaction, before the replacement, so a version is either
 current or in history, never neither; pruned once it was replaced more than

@@ -17,11 +17,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api import chain_search, chains, neighbourhood, ranking, reseed
-from services.query_api.grounding import Grounding
-from services.query_api.lexical import CorpusStats, bm25_search
-from services.query_api.schemas import Hop
-from services.query_api.vector import Ranked, similarities, vector_search
+from services.retrieval import chain_search, chains, neighbourhood, ranking, reseed
+from services.retrieval.grounding import Grounding
+from services.retrieval.lexical import CorpusStats, bm25_search
+from services.retrieval.schemas import Hop
+from services.retrieval.vector import Ranked, similarities, vector_search
 
 Ranker = Literal["ppr", "paths"]
 

@@ -13,7 +13,7 @@
 - **Overlap**: a sentence holds in the scope when one of its times meets the scope.
 
 The offline answer reads the question's span from sentences that hold in the scope first
-(services/query_api/answer_span.py). A sentence without a year says nothing either way.
+(services/retrieval/answer_span.py). A sentence without a year says nothing either way.
 Abstaining when the matching sentences of the top passages state times and none holds in the
 scope was tried and not kept: on timeqa-train it abstained on 23 of the 189 unanswerable
 questions and wrongly on 52 answerable ones (precision .31; docs/retrieval.md).

@@ -1,5 +1,5 @@
 """Answers. Offline: extractive, never invented: the span the question asks for
-(services/query_api/answer_span.py) with the sentence it was read from, else the best supporting
+(services/retrieval/answer_span.py) with the sentence it was read from, else the best supporting
 sentence quoted with its source. With an LLM: an answer synthesised from the numbered contexts,
 citing them as [n]; for global questions a map-reduce over community summaries."""
 
@@ -10,9 +10,9 @@ import re
 from collections.abc import Sequence
 
 from services.core.llm.prompts import document, neutralise, with_data_rule
-from services.query_api.answer_span import Mention, answer_span
-from services.query_api.llm import ChatModel, ChatReply
-from services.query_api.schemas import CommunityHit, Context
+from services.retrieval.answer_span import Mention, answer_span
+from services.retrieval.llm import ChatModel, ChatReply
+from services.retrieval.schemas import CommunityHit, Context
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _TERM = re.compile(r"\w+")

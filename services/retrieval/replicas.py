@@ -31,9 +31,9 @@ from services.core.db.engine import DbTimeouts, make_engine
 from services.core.errors import KgstreamError, TransientError
 from services.core.replication import describe_error
 from services.core.settings import Settings
-from services.query_api import metrics
-from services.query_api.replica_monitor import ReadPolicy, Replica, ReplicaMonitor
-from services.query_api.schemas import QueryRequest
+from services.retrieval.read_observer import NO_READ_OBSERVER, ReadObserver
+from services.retrieval.replica_monitor import ReadPolicy, Replica, ReplicaMonitor
+from services.retrieval.schemas import QueryRequest
 
 PRIMARY = "primary"
 # While a read waits for min_snapshot / after_event it asks its target again this often: a
@@ -119,11 +119,17 @@ class ReadRouter:
     replicas: Sequence[Replica] = ()
     policy: ReadPolicy = field(default_factory=ReadPolicy)
     monitor: ReplicaMonitor | None = None
+    observer: ReadObserver = NO_READ_OBSERVER  # metrics (services/retrieval/read_observer.py)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, primary: AsyncEngine, *, replicas: bool = True
+        cls,
+        settings: Settings,
+        primary: AsyncEngine,
+        *,
+        replicas: bool = True,
+        observer: ReadObserver = NO_READ_OBSERVER,
     ) -> ReadRouter:
         """The primary plus a pool per KGSTREAM_DATABASE_READ_URL (unless ``replicas`` is
         false: the CLI and the eval read the primary only), and their lag monitor."""
@@ -134,18 +140,22 @@ class ReadRouter:
             Replica(f"replica-{i}", url, make_engine(url, timeouts=timeouts))
             for i, url in enumerate(urls, 1)
         ]
-        return cls.of(primary, found, policy)
+        return cls.of(primary, found, policy, observer)
 
     @classmethod
     def of(
-        cls, primary: AsyncEngine, replicas: Sequence[Replica], policy: ReadPolicy
+        cls,
+        primary: AsyncEngine,
+        replicas: Sequence[Replica],
+        policy: ReadPolicy,
+        observer: ReadObserver = NO_READ_OBSERVER,
     ) -> ReadRouter:
         """A router over ``replicas`` with their monitor (none without replicas)."""
         monitor = None
         if replicas:
             primary_url = primary.url.render_as_string(hide_password=False)
-            monitor = ReplicaMonitor(primary_url, replicas, policy)
-        return cls(primary, replicas, policy, monitor)
+            monitor = ReplicaMonitor(primary_url, replicas, policy, observer)
+        return cls(primary, replicas, policy, monitor, observer)
 
     def start(self) -> None:
         """Start measuring the replicas' lag (none are read from before the first check)."""
@@ -181,7 +191,7 @@ class ReadRouter:
         target this module's docstring describes."""
         want = want or Wanted()
         conn, replica, seen = await self._open(want)
-        metrics.READS.labels(target=PRIMARY if replica is None else replica.name).inc()
+        self.observer.read(PRIMARY if replica is None else replica.name)
         try:
             yield conn, seen.snapshot_id
         except DBAPIError as exc:
@@ -204,27 +214,31 @@ class ReadRouter:
                 continue
             conn, seen = opened
             if want.met_by(seen):
-                _observe_wait(want, started, "met")
+                self._observe_wait(want, started, "met")
                 return conn, replica, seen
             await conn.close()
             if self.policy.fallback != "primary":
-                _observe_wait(want, started, "refused")
+                self._observe_wait(want, started, "refused")
                 raise NotCaughtUp(want, time.monotonic() - started, seen, replica.name)
-            metrics.READ_FALLBACKS.labels(reason="not_caught_up").inc()
+            self.observer.fallback("not_caught_up")
             deadline = 0.0  # the primary is asked once: the wait is spent
             break
         else:
             if self.replicas:
                 if self.policy.fallback != "primary":
                     raise NoReadTarget(self._why_none())
-                metrics.READ_FALLBACKS.labels(reason="no_usable_replica").inc()
+                self.observer.fallback("no_usable_replica")
         conn, seen = await self._wait_on(self.primary, want, deadline, PRIMARY)
         if not want.met_by(seen):
             await conn.close()
-            _observe_wait(want, started, "refused")
+            self._observe_wait(want, started, "refused")
             raise NotCaughtUp(want, time.monotonic() - started, seen, PRIMARY)
-        _observe_wait(want, started, "met")
+        self._observe_wait(want, started, "met")
         return conn, None, seen
+
+    def _observe_wait(self, want: Wanted, started: float, outcome: str) -> None:
+        if want:
+            self.observer.waited(outcome, time.monotonic() - started)
 
     def _pick(self, tried: set[str]) -> Replica | None:
         """The next usable replica in turn that this read has not tried."""
@@ -249,7 +263,6 @@ class ReadRouter:
         at ``deadline`` (the caller checks). While it waits, ``target`` counts in
         kgstream_query_read_waiting."""
         conn = await engine.connect()
-        waiting = metrics.READ_WAITING.labels(target=target)
         waited = False
         try:
             await conn.execution_options(isolation_level="REPEATABLE READ")
@@ -264,14 +277,14 @@ class ReadRouter:
                 await conn.rollback()  # a new transaction sees what was replayed meanwhile
                 if not waited:
                     waited = True
-                    waiting.inc()
+                    self.observer.waiting(target, 1)
                 await asyncio.sleep(min(POLL_S, left))
         except BaseException:
             await conn.close()
             raise
         finally:
             if waited:
-                waiting.dec()
+                self.observer.waiting(target, -1)
 
 
 @asynccontextmanager
@@ -285,9 +298,3 @@ async def measuring(reads: ReadRouter | None) -> AsyncIterator[None]:
         yield
     finally:
         await reads.close()
-
-
-def _observe_wait(want: Wanted, started: float, outcome: str) -> None:
-    if want:
-        waited = time.monotonic() - started
-        metrics.READ_WAIT_SECONDS.labels(outcome=outcome).observe(waited)

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.query_api import followup
-from services.query_api.answer_span import TOP_CONTEXTS
-from services.query_api.chains import ChainStart
-from services.query_api.llm import Blocking, ChatModel, ChatReply
-from services.query_api.retrieval import Retrieval
+from services.retrieval import followup
+from services.retrieval.answer_span import TOP_CONTEXTS
+from services.retrieval.chains import ChainStart
+from services.retrieval.contexts import Retrieval
+from services.retrieval.llm import Blocking, ChatModel, ChatReply
 
 
 class Search(Protocol):

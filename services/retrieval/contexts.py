@@ -8,9 +8,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api.answer_span import TOP_CONTEXTS, Mention
-from services.query_api.schemas import CommunityHit, Context, Hop, Mode, Route
-from services.query_api.vector import CURRENT, PassageReads, Ranked, load_chunks
+from services.retrieval.answer_span import TOP_CONTEXTS, Mention
+from services.retrieval.schemas import CommunityHit, Context, Hop, Mode, Route
+from services.retrieval.vector import CURRENT, PassageReads, Ranked, load_chunks
 
 
 @dataclass

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.normalize import entity_key
-from services.query_api.visibility import Filtered, alias_visible, entity_facts
+from services.retrieval.visibility import Filtered, alias_visible, entity_facts
 
 MAX_NGRAM = 5
 FUZZY_MIN_SIMILARITY = 0.7  # lower let near-miss names ("Yale University") dilute the seeds

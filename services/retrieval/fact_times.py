@@ -29,8 +29,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api.schemas import FactEntity, FactRelationship, TimedFact
-from services.query_api.visibility import DOC_VISIBLE, Filtered, entity_facts
+from services.retrieval.schemas import FactEntity, FactRelationship, TimedFact
+from services.retrieval.visibility import DOC_VISIBLE, Filtered, entity_facts
 
 MAX_FACTS = 200
 

@@ -26,7 +26,7 @@ before a word for a piece of writing, or after "from / by" one, "reported by", "
 by") that no facet value's form names and no document the caller may read mentions (as an
 entity's alias), asked of documents with a facet of names in words (most values with a
 lower-case letter: "The Verge", not a code such as "P466"), asks for what the collection does
-not hold: the answer says it does not know (services/query_api/service.py), to a caller who
+not hold: the answer says it does not know (services/retrieval/service.py), to a caller who
 may read every document (for another, which sources exist among documents it may not read
 would show in whether it is told so; the rule is off). Known values' words
 are masked first, longest first, so a section of a known source ("Life and Style" of "The
@@ -41,7 +41,7 @@ word ("What", "Which") never names anything, whatever a document's metadata says
 The vocabulary is read on a process's first query, then again in the background once it is
 ``ttl_s`` old (a failed read keeps the last one, or none); what is grounded only ever narrows
 the caller's own reads (visibility is unchanged), and the service reads again without it when
-nothing in the grounded documents answers (services/query_api/service.py)."""
+nothing in the grounded documents answers (services/retrieval/service.py)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.core.access import Caller
 from services.core.normalize import entity_key
 from services.core.time_spans import MONTH_NAMES
-from services.query_api.answer_span import FUNCTION_WORDS
-from services.query_api.filters import MAX_VALUES, Filters
-from services.query_api.visibility import Filtered, alias_visible
+from services.retrieval.answer_span import FUNCTION_WORDS
+from services.retrieval.filters import MAX_VALUES, Filters
+from services.retrieval.visibility import Filtered, alias_visible
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api import ranking, reseed
-from services.query_api.visibility import (
+from services.retrieval import ranking, reseed
+from services.retrieval.visibility import (
     DOC_VISIBLE,
     Filtered,
     ends_visible,

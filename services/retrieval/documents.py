@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api.visibility import DOC_VISIBLE, params
+from services.retrieval.visibility import DOC_VISIBLE, params
 
 _ROW = (
     "SELECT d.doc_id, d.title, d.version, d.occurred_at, d.metadata, d.tenant, d.acl"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -30,7 +29,7 @@ from services.core.replication import (
     replica_position,
 )
 from services.core.settings import Settings
-from services.query_api import metrics
+from services.retrieval.read_observer import NO_READ_OBSERVER, ReadObserver
 
 
 @dataclass(frozen=True)
@@ -108,8 +107,15 @@ class Replica:
 class ReplicaMonitor:
     """Measures the replicas' lag in the background; ``start`` once, ``stop`` at the end."""
 
-    def __init__(self, primary_url: str, replicas: Sequence[Replica], policy: ReadPolicy) -> None:
+    def __init__(
+        self,
+        primary_url: str,
+        replicas: Sequence[Replica],
+        policy: ReadPolicy,
+        observer: ReadObserver = NO_READ_OBSERVER,
+    ) -> None:
         self._primary_url, self._replicas, self._policy = primary_url, replicas, policy
+        self._observer = observer
         self._loop = BackgroundLoop("kgstream-replicas")
         self._running: Future[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -184,12 +190,8 @@ class ReplicaMonitor:
         if lag.error:
             replica.take_out(lag.error, self._policy.retry_s)
         usable = replica.usable(time.monotonic(), self._policy)
-        metrics.REPLICA_USABLE.labels(replica=replica.name).set(1 if usable else 0)
-        metrics.REPLICA_LAG_BYTES.labels(replica=replica.name).set(
-            math.nan if lag.lag_bytes is None else lag.lag_bytes
-        )
-        metrics.REPLICA_LAG_SECONDS.labels(replica=replica.name).set(
-            math.nan if lag.lag_s is None else lag.lag_s
+        self._observer.replica(
+            replica.name, usable=usable, lag_bytes=lag.lag_bytes, lag_s=lag.lag_s
         )
 
     def _reached_s(self, replay_lsn: int | None) -> float | None:

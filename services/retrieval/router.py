@@ -2,7 +2,7 @@
 things → path; theme words → global; relationship words or a named entity → local; else
 vector. With an LLM configured, a classifier decides and the heuristic is the fallback; the
 classifier also names the sources the question says its facts come from, which the service
-grounds or finds missing against the documents' facets (services/query_api/facets.py)."""
+grounds or finds missing against the documents' facets (services/retrieval/facets.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from services.query_api.llm import ChatModel, ChatReply
-from services.query_api.schemas import Mode
+from services.retrieval.llm import ChatModel, ChatReply
+from services.retrieval.schemas import Mode
 
 _PATH = re.compile(
     r"\b(connect(?:ed|s|ion)?|link(?:ed|s)?|path|relat(?:ed|ion|ionship)s?\s+(?:between|to))\b"

@@ -10,10 +10,10 @@ import json
 from collections.abc import Sequence
 
 from services.core.llm.prompts import document, with_data_rule
-from services.query_api.answer import sources_prompt
-from services.query_api.lexical import rrf
-from services.query_api.llm import ChatModel, ChatReply
-from services.query_api.schemas import Context
+from services.retrieval.answer import sources_prompt
+from services.retrieval.lexical import rrf
+from services.retrieval.llm import ChatModel, ChatReply
+from services.retrieval.schemas import Context
 
 FOLLOWUP_SYSTEM = with_data_rule(
     "You help answer a multi-hop question from retrieved passages (document blocks). Decide "

@@ -31,8 +31,8 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from services.query_api.grounding import seed_weight
-from services.query_api.ranking import zscores, zscores_array
+from services.retrieval.grounding import seed_weight
+from services.retrieval.ranking import zscores, zscores_array
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Chain:
 @dataclass(frozen=True)
 class ChainStart:
     """Chains that continue from passages already found instead of the first ranking's best
-    (an LLM follow-up search, services/query_api/multistep.py): ``heads`` start the chains,
+    (an LLM follow-up search, services/retrieval/multistep.py): ``heads`` start the chains,
     and no step bridges through the ``used`` entities (those the question and the earlier
     searches named), so the entity the follow-up query names can be the next bridge."""
 

@@ -22,8 +22,8 @@ import uuid
 from collections import Counter, OrderedDict, deque
 from typing import get_args
 
-from services.query_api.retrieval import Retrieval
-from services.query_api.schemas import Arm, Mode
+from services.retrieval.contexts import Retrieval
+from services.retrieval.schemas import Arm, Mode
 
 ARMS: tuple[str, ...] = get_args(Arm)
 MODES: tuple[str, ...] = get_args(Mode)

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api.visibility import VISIBLE_DOC_IDS, Filtered
+from services.retrieval.visibility import VISIBLE_DOC_IDS, Filtered
 
 K1 = 1.2
 B = 0.75
@@ -167,7 +167,7 @@ async def bm25_search(
 ) -> dict[int, float]:
     """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
     indexed); ``statement`` and ``values``: another form of the scoring read (``SCORE``, as of a
-    past time: services/query_api/as_of.py) and what it binds besides."""
+    past time: services/retrieval/as_of.py) and what it binds besides."""
     asked = await question_lexemes(conn, question)
     n, avglen = stats.chunks, stats.avg_length
     dfs = await stats.frequencies.of(conn, asked)

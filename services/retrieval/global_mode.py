@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
 from services.core.erasure import WithheldCache, withheld_communities
-from services.query_api.community_vectors import CommunityVectors, LevelVectors, snapshot_levels
-from services.query_api.lexical import or_query
-from services.query_api.retrieval import Retrieval
-from services.query_api.schemas import CommunityHit, CommunitySummary, Context, QueryRequest
-from services.query_api.visibility import (
+from services.retrieval.community_vectors import CommunityVectors, LevelVectors, snapshot_levels
+from services.retrieval.contexts import Retrieval
+from services.retrieval.lexical import or_query
+from services.retrieval.schemas import CommunityHit, CommunitySummary, Context, QueryRequest
+from services.retrieval.visibility import (
     DOC_VISIBLE,
     Filtered,
     community_visible,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from services.query_api.grounding import seed_weight
+from services.retrieval.grounding import seed_weight
 
 
 def passage_counts(mentions: Iterable[tuple[int, int]]) -> dict[int, int]:

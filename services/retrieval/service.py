@@ -25,32 +25,32 @@ from services.core.erasure import WithheldCache
 from services.core.extraction import Extractor
 from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
-from services.query_api import answer as answers
-from services.query_api import monitoring, router
-from services.query_api.as_of import as_of_caller, past_reads
-from services.query_api.chains import ChainStart
-from services.query_api.community_vectors import CommunityVectors
-from services.query_api.facets import FacetCache, unmentioned
-from services.query_api.facets import Grounding as SourceGrounding
-from services.query_api.filters import scoped
-from services.query_api.global_mode import global_retrieve
-from services.query_api.grounding import Grounding, ground
-from services.query_api.lexical import CorpusStats, StatsCache
-from services.query_api.llm import ChatModel, ChatReply, OpenAIChat, Usage
-from services.query_api.local import LocalMethods, LocalWeights, Ranker, local_search
-from services.query_api.map_reduce import map_reduce
-from services.query_api.multistep import FollowUps
-from services.query_api.paths import path_retrieve
-from services.query_api.replicas import ReadRouter, Wanted
-from services.query_api.retrieval import (
+from services.retrieval import answer as answers
+from services.retrieval import monitoring, router
+from services.retrieval.as_of import as_of_caller, past_reads
+from services.retrieval.chains import ChainStart
+from services.retrieval.community_vectors import CommunityVectors
+from services.retrieval.contexts import (
     Retrieval,
     answer_contexts,
     context_mentions,
     contexts_for,
 )
-from services.query_api.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
-from services.query_api.vector import hybrid_search
-from services.query_api.visibility import widened
+from services.retrieval.facets import FacetCache, unmentioned
+from services.retrieval.facets import Grounding as SourceGrounding
+from services.retrieval.filters import scoped
+from services.retrieval.global_mode import global_retrieve
+from services.retrieval.grounding import Grounding, ground
+from services.retrieval.lexical import CorpusStats, StatsCache
+from services.retrieval.llm import ChatModel, ChatReply, OpenAIChat, Usage
+from services.retrieval.local import LocalMethods, LocalWeights, Ranker, local_search
+from services.retrieval.map_reduce import map_reduce
+from services.retrieval.multistep import FollowUps
+from services.retrieval.paths import path_retrieve
+from services.retrieval.replicas import ReadRouter, Wanted
+from services.retrieval.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
+from services.retrieval.vector import hybrid_search
+from services.retrieval.visibility import widened
 
 T = TypeVar("T")
 # Model threads of a query process: the question's embedding and its NER run side by side.
@@ -125,7 +125,7 @@ class QueryService:
     facets: FacetCache = field(default_factory=FacetCache)  # grounding of named sources
     withheld: WithheldCache = field(default_factory=WithheldCache)  # core/erasure.py
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
-    reads: ReadRouter | None = None  # replicas or the primary (services/query_api/replicas.py)
+    reads: ReadRouter | None = None  # replicas or the primary (services/retrieval/replicas.py)
     draw: Callable[[], float] = random.random  # the A/B split's draw in [0, 1)
 
     def read(
@@ -257,7 +257,7 @@ class QueryService:
     async def _follow_up(
         self, llm: ChatModel, req: QueryRequest, result: Retrieval, usage: Usage, caller: Caller
     ) -> None:
-        """LLM follow-up searches (services/query_api/multistep.py), outside the first read;
+        """LLM follow-up searches (services/retrieval/multistep.py), outside the first read;
         the merged top's mentions are read again for the offline fallback."""
         chained = self.config.local_ranker == "ppr"  # chains follow the PPR ranking only
         follow = FollowUps(
@@ -292,7 +292,7 @@ class QueryService:
     ) -> tuple[SourceGrounding | None, list[str]]:
         """What the sources a question names make (its grounded filter), and those no
         document of the caller's is from: as the LLM classifier read them when it named any,
-        else by rule (services/query_api/facets.py)."""
+        else by rule (services/retrieval/facets.py)."""
         if not self.config.ground_metadata:
             return None, []
         vocabulary = await self.facets.get(conn)
@@ -314,7 +314,7 @@ class QueryService:
     ) -> tuple[Mode, str, Arm, tuple[str, ...]]:
         """The mode, why it was chosen, the A/B arm (monitoring.py), and the sources an LLM
         classifier read in the question (none without one)."""
-        if req.as_of is not None:  # passages as they were (services/query_api/as_of.py)
+        if req.as_of is not None:  # passages as they were (services/retrieval/as_of.py)
             return "vector", "", "requested", ()
         if req.mode != "auto":
             return req.mode, "", "requested", ()
@@ -399,7 +399,7 @@ class QueryService:
     async def _local(
         self, asked: _Asked, grounding: Grounding, chain_start: ChainStart | None
     ) -> Retrieval | None:
-        """Local mode's passages (services/query_api/local.py); None when it finds none."""
+        """Local mode's passages (services/retrieval/local.py); None when it finds none."""
         ranked, hops = await local_search(
             asked.conn,
             asked.req.question,

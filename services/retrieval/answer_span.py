@@ -4,7 +4,7 @@
   (or their passage's title) contain, each word weighted by its IDF over those contexts; the
   candidates are the entities the indexer found in them (mentions, with their labels) plus the
   dates and numbers in the sentence text. The answer is the candidate of the best tier of the
-  expected kind (services/query_api/answer_kind.py), in the best sentence, nearest the
+  expected kind (services/retrieval/answer_kind.py), in the best sentence, nearest the
   question's words, that the question does not already name.
 - the next hop: when local mode followed a chain of passages and that span is one of the best
   chain's bridges (mentioned in the chain passage it was read from and in the next one), the
@@ -18,7 +18,7 @@
   or, for "the same ...", when their passages share an entity of that kind.
 - time-scoped questions ("from 1811 to 1827", "in 1974", "before 2010"): a span is read from
   a sentence that holds in the scope before one that states no time, and before one whose
-  times are all outside it (services/query_api/time_scope.py).
+  times are all outside it (services/retrieval/time_scope.py).
 
 Words match on their first five letters (truncation stemming), so "directed" finds "director".
 Nothing here is a weight fitted to a dev set: the orderings are lexicographic."""
@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from services.core.normalize import answer_key as normalise
-from services.query_api.answer_kind import (
+from services.retrieval.answer_kind import (
     DATE,
     HEAD_NOUNS,
     NUMBER,
@@ -42,8 +42,8 @@ from services.query_api.answer_kind import (
     word_set,
     words,
 )
-from services.query_api.schemas import Context
-from services.query_api.time_scope import Scope, question_scope, sentence_times
+from services.retrieval.schemas import Context
+from services.retrieval.time_scope import Scope, question_scope, sentence_times
 
 TOP_CONTEXTS = 5  # the answer reads the passages recall@5 measures
 STEM = 5  # truncation stemming: the first five letters (words shorter are kept whole)

@@ -7,8 +7,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.normalize import entity_key
-from services.query_api.schemas import EntityDetail, EntitySummary, Neighbour
-from services.query_api.visibility import (
+from services.retrieval.schemas import EntityDetail, EntitySummary, Neighbour
+from services.retrieval.visibility import (
     DOC_VISIBLE,
     EntityFacts,
     Filtered,

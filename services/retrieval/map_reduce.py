@@ -9,9 +9,9 @@ import asyncio
 import functools
 from collections.abc import Callable, Sequence
 
-from services.query_api import answer as answers
-from services.query_api.llm import Blocking, ChatModel, ChatReply
-from services.query_api.schemas import CommunityHit
+from services.retrieval import answer as answers
+from services.retrieval.llm import Blocking, ChatModel, ChatReply
+from services.retrieval.schemas import CommunityHit
 
 MAP_MAX_TOKENS = 400  # a few points from one summary
 REDUCE_MAX_TOKENS = 600

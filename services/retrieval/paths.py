@@ -15,13 +15,13 @@ import networkx as nx
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
-from services.query_api.entities import search_entities
-from services.query_api.grounding import Grounding
-from services.query_api.ranking import HOP_DECAY, edge_strength
-from services.query_api.retrieval import Retrieval, contexts_for
-from services.query_api.schemas import Hop, QueryRequest, Route
-from services.query_api.vector import Ranked
-from services.query_api.visibility import (
+from services.retrieval.contexts import Retrieval, contexts_for
+from services.retrieval.entities import search_entities
+from services.retrieval.grounding import Grounding
+from services.retrieval.ranking import HOP_DECAY, edge_strength
+from services.retrieval.schemas import Hop, QueryRequest, Route
+from services.retrieval.vector import Ranked
+from services.retrieval.visibility import (
     DOC_VISIBLE,
     Filtered,
     ends_visible,

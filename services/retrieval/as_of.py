@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.errors import KgstreamError
-from services.query_api.lexical import (
+from services.retrieval.lexical import (
     FREQUENCIES_SQL,
     SCORE_SQL,
     SCORE_VISIBLE_SQL,
@@ -44,8 +44,8 @@ from services.query_api.lexical import (
     DocumentFrequencies,
     question_lexemes,
 )
-from services.query_api.vector import CHUNKS_SQL, CHUNKS_VISIBLE_SQL, PassageReads
-from services.query_api.visibility import DOC_VISIBLE, Filtered
+from services.retrieval.vector import CHUNKS_SQL, CHUNKS_VISIBLE_SQL, PassageReads
+from services.retrieval.visibility import DOC_VISIBLE, Filtered
 
 
 def _documents_at(document: str = "") -> str:

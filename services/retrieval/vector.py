@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
-from services.query_api.lexical import SCORE, CorpusStats, bm25_search, rrf
-from services.query_api.visibility import DOC_VISIBLE, VISIBLE_DOC_IDS, Filtered
+from services.retrieval.lexical import SCORE, CorpusStats, bm25_search, rrf
+from services.retrieval.visibility import DOC_VISIBLE, VISIBLE_DOC_IDS, Filtered
 
 _NEAREST = (
     "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"
@@ -38,7 +38,7 @@ _LOAD = Filtered.of(CHUNKS_SQL, CHUNKS_VISIBLE_SQL)
 @dataclass(frozen=True)
 class PassageReads:
     """The passage reads of vector mode in one form: the current documents (``CURRENT``), or
-    as they were at a past time (services/query_api/as_of.py), with what that form binds."""
+    as they were at a past time (services/retrieval/as_of.py), with what that form binds."""
 
     nearest: Filtered
     bm25: Filtered

@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from services.query_api.filters import Filters
+from services.retrieval.filters import Filters
 
 Mode = Literal["vector", "local", "global", "path"]
 RequestMode = Literal["auto", "vector", "local", "global", "path"]
@@ -88,7 +88,7 @@ class QueryRequest(BaseModel):
     filters: Filters | None = Field(
         default=None,
         description="Read only the documents whose metadata and occurred_at meet these "
-        "conditions, in every mode (services/query_api/filters.py; docs/retrieval.md, "
+        "conditions, in every mode (services/retrieval/filters.py; docs/retrieval.md, "
         "Filters). They narrow what the caller may see, never widen it.",
     )
     after_event: Annotated[str, NoControl] | None = Field(

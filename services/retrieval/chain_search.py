@@ -11,16 +11,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.db.engine import vector_literal
-from services.query_api import chains
-from services.query_api.lexical import (
+from services.retrieval import chains
+from services.retrieval.lexical import (
     TERMS_OF_CHUNK,
     CorpusStats,
     question_lexemes,
     question_terms,
     useful_terms,
 )
-from services.query_api.neighbourhood import bridge_step
-from services.query_api.visibility import VISIBLE_DOC_IDS, Filtered
+from services.retrieval.neighbourhood import bridge_step
+from services.retrieval.visibility import VISIBLE_DOC_IDS, Filtered
 
 # The entities a passage is about: its document's title (resolution.with_title, at -1; the
 # publisher's facts sit at -2, -3, ...: services/indexer/provided.py).
@@ -88,7 +88,7 @@ async def follow_chains(
 ) -> tuple[list[int], tuple[int, ...]]:
     """The fused ranking interleaved with the later passages of chains that start at its
     ``width`` best passages (or continue from ``start``) and follow bridge entities
-    (services/query_api/chains.py), and the best chain's passages (the offline answer reads
+    (services/retrieval/chains.py), and the best chain's passages (the offline answer reads
     its next hop). ``base`` gives the fused dense and graph scores with more passages among
     the candidates (given with their cosine to the question)."""
     order = sorted(fused, key=lambda c: (-fused[c], c))
