@@ -1,0 +1,174 @@
+"""The graph local and path modes walk, held in memory (issue 32, step 2; first part: the
+state and how it is kept current; the modes do not read it yet).
+
+What it holds, as numpy arrays (no Python object per row):
+- **passage edges**: each (entity, chunk) pair some mention makes, sorted by entity then chunk;
+- **relationships**: id, source, target, weight (float32) and type, sorted by id.
+
+How it is built and kept current: one bulk read in the communities loader's exact snapshot
+(services/communities/loader.py ``graph_snapshot``: every ``graph_changes`` id at or below its
+watermark is in what it reads, every later change above it), then, at each refresh, the changes
+between the held watermark and a new exact one: the passage edges of each changed entity and
+each changed relationship are read again as that snapshot shows them and replace the held ones.
+A refresh returns a new state; the old one stays whole for the queries reading it (one
+consistent state per query).
+
+Tested by tests/integration/test_graph_memory.py: after any sequence of document events with
+refreshes in between, the held state equals one built from the database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from services.communities.loader import graph_snapshot
+
+Ids = NDArray[np.int64]
+
+_PASSAGE_EDGES = "SELECT entity_id, chunk_id FROM mentions"
+_GROUPED = " GROUP BY entity_id, chunk_id"
+_RELATIONSHIPS = "SELECT id, source_id, target_id, weight, type FROM relationships"
+_ALL_PASSAGE_EDGES = text(_PASSAGE_EDGES + _GROUPED)
+_PASSAGE_EDGES_OF = text(_PASSAGE_EDGES + " WHERE entity_id = ANY(:ids)" + _GROUPED)
+_ALL_RELATIONSHIPS = text(_RELATIONSHIPS)
+_RELATIONSHIPS_OF = text(_RELATIONSHIPS + " WHERE id = ANY(:ids)")
+_CHANGES = text(
+    "SELECT kind, ref_id FROM graph_changes WHERE id > :since AND id <= :until"
+    " AND kind IN ('node', 'edge')"
+)
+
+
+@dataclass(frozen=True)
+class Relationships:
+    """Relationships as parallel arrays, sorted by id."""
+
+    ids: Ids
+    sources: Ids
+    targets: Ids
+    weights: NDArray[np.float32]
+    types: NDArray[np.object_]
+
+    @classmethod
+    def of(cls, rows: Sequence[Any]) -> Relationships:
+        rows = sorted(rows, key=lambda r: int(r[0]))
+        return cls(
+            np.array([int(r[0]) for r in rows], dtype=np.int64),
+            np.array([int(r[1]) for r in rows], dtype=np.int64),
+            np.array([int(r[2]) for r in rows], dtype=np.int64),
+            np.array([float(r[3]) for r in rows], dtype=np.float32),
+            np.array([str(r[4]) for r in rows], dtype=object),
+        )
+
+    def without(self, ids: Ids) -> Relationships:
+        keep = ~np.isin(self.ids, ids)
+        return Relationships(
+            self.ids[keep],
+            self.sources[keep],
+            self.targets[keep],
+            self.weights[keep],
+            self.types[keep],
+        )
+
+    def merged(self, other: Relationships) -> Relationships:
+        order = np.argsort(np.concatenate([self.ids, other.ids]), kind="stable")
+        return Relationships(
+            np.concatenate([self.ids, other.ids])[order],
+            np.concatenate([self.sources, other.sources])[order],
+            np.concatenate([self.targets, other.targets])[order],
+            np.concatenate([self.weights, other.weights])[order],
+            np.concatenate([self.types, other.types])[order],
+        )
+
+
+@dataclass(frozen=True)
+class MemoryGraph:
+    """One consistent state of the walked graph, as of ``watermark``."""
+
+    watermark: int
+    entities: Ids  # passage edges: entity ids, sorted (then by chunk)
+    chunks: Ids  # ... and their chunk ids
+    relationships: Relationships
+
+    def passages(self, entity_id: int) -> Ids:
+        """The chunks that mention the entity, sorted."""
+        lo, hi = np.searchsorted(self.entities, [entity_id, entity_id + 1])
+        return self.chunks[lo:hi]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays (the relationship types are shared strings, counted once)."""
+        r = self.relationships
+        arrays = (self.entities, self.chunks, r.ids, r.sources, r.targets, r.weights, r.types)
+        distinct = {t: len(t) for t in set(r.types.tolist())}
+        return sum(a.nbytes for a in arrays) + sum(distinct.values())
+
+    def canonical(self) -> dict[str, list[tuple[Any, ...]]]:
+        """The state as comparable data (tests)."""
+        r = self.relationships
+        return {
+            "passage_edges": list(zip(self.entities.tolist(), self.chunks.tolist(), strict=True)),
+            "relationships": [
+                (i, s, t, round(float(w), 4), str(k))
+                for i, s, t, w, k in zip(
+                    r.ids.tolist(),
+                    r.sources.tolist(),
+                    r.targets.tolist(),
+                    r.weights.tolist(),
+                    r.types.tolist(),
+                    strict=True,
+                )
+            ],
+        }
+
+
+def _passage_edges(rows: Sequence[Any]) -> tuple[Ids, Ids]:
+    pairs = np.array([(int(e), int(c)) for e, c in rows], dtype=np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _sorted_edges(entities: Ids, chunks: Ids) -> tuple[Ids, Ids]:
+    order = np.lexsort((chunks, entities))
+    return entities[order], chunks[order]
+
+
+async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
+    entities, chunks = _passage_edges((await conn.execute(_ALL_PASSAGE_EDGES)).all())
+    relationships = Relationships.of((await conn.execute(_ALL_RELATIONSHIPS)).all())
+    return MemoryGraph(watermark, *_sorted_edges(entities, chunks), relationships)
+
+
+async def build(engine: AsyncEngine) -> MemoryGraph:
+    """The whole walked graph in one bulk read of an exact snapshot."""
+    async with graph_snapshot(engine) as (conn, watermark):
+        return await _read_all(conn, watermark)
+
+
+async def refresh(engine: AsyncEngine, held: MemoryGraph) -> MemoryGraph:
+    """``held`` brought up to a new exact snapshot by the changes since its watermark (itself
+    when nothing changed)."""
+    async with graph_snapshot(engine) as (conn, watermark):
+        if watermark == held.watermark:
+            return held
+        rows = (await conn.execute(_CHANGES, {"since": held.watermark, "until": watermark})).all()
+        nodes = np.array(sorted({int(r[1]) for r in rows if r[0] == "node"}), dtype=np.int64)
+        edges = np.array(sorted({int(r[1]) for r in rows if r[0] == "edge"}), dtype=np.int64)
+        entities, chunks = held.entities, held.chunks
+        if nodes.size:
+            keep = ~np.isin(entities, nodes)
+            fresh = (await conn.execute(_PASSAGE_EDGES_OF, {"ids": nodes.tolist()})).all()
+            new_entities, new_chunks = _passage_edges(fresh)
+            entities, chunks = _sorted_edges(
+                np.concatenate([entities[keep], new_entities]),
+                np.concatenate([chunks[keep], new_chunks]),
+            )
+        relationships = held.relationships
+        if edges.size:
+            fresh = (await conn.execute(_RELATIONSHIPS_OF, {"ids": edges.tolist()})).all()
+            relationships = relationships.without(edges).merged(Relationships.of(fresh))
+        return MemoryGraph(watermark, entities, chunks, relationships)
