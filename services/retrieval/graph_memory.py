@@ -27,16 +27,32 @@ from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from services.communities.loader import graph_snapshot
+from services.communities.loader import fetch_packed, graph_snapshot
 
 Ids = NDArray[np.int64]
 
 _PASSAGE_EDGES = "SELECT entity_id, chunk_id FROM mentions"
 _GROUPED = " GROUP BY entity_id, chunk_id"
 _RELATIONSHIPS = "SELECT id, source_id, target_id, weight, type FROM relationships"
-_ALL_PASSAGE_EDGES = text(_PASSAGE_EDGES + _GROUPED)
 _PASSAGE_EDGES_OF = text(_PASSAGE_EDGES + " WHERE entity_id = ANY(:ids)" + _GROUPED)
-_ALL_RELATIONSHIPS = text(_RELATIONSHIPS)
+# The bulk reads, packed (big-endian, as int8send / float4send / int4send write them), one
+# bytea per group of at most 2^20 keys; a relationship's type as its index in _TYPES.
+_EDGE_ROW = np.dtype([("entity", ">i8"), ("chunk", ">i8")])
+_REL_ROW = np.dtype(
+    [("id", ">i8"), ("src", ">i8"), ("dst", ">i8"), ("weight", ">f4"), ("type", ">i4")]
+)
+_PACKED_PASSAGE_EDGES = (
+    "SELECT count(*), string_agg(int8send(entity_id) || int8send(chunk_id), ''::bytea)"  # noqa: S608 - constants
+    " FROM (" + _PASSAGE_EDGES + _GROUPED + ") m GROUP BY entity_id >> 20"
+)
+_TYPES = text("SELECT array_agg(DISTINCT type ORDER BY type) FROM relationships")
+_PACKED_RELATIONSHIPS = (
+    "WITH t AS (SELECT type, (row_number() OVER (ORDER BY type) - 1)::int AS code"
+    " FROM (SELECT DISTINCT type FROM relationships) d)"
+    " SELECT count(*), string_agg(int8send(r.id) || int8send(r.source_id)"
+    " || int8send(r.target_id) || float4send(r.weight::real) || int4send(t.code), ''::bytea)"
+    " FROM relationships r JOIN t USING (type) GROUP BY r.id >> 20"
+)
 _RELATIONSHIPS_OF = text(_RELATIONSHIPS + " WHERE id = ANY(:ids)")
 _CHANGES = text(
     "SELECT kind, ref_id FROM graph_changes WHERE id > :since AND id <= :until"
@@ -46,44 +62,66 @@ _CHANGES = text(
 
 @dataclass(frozen=True)
 class Relationships:
-    """Relationships as parallel arrays, sorted by id."""
+    """Relationships as parallel arrays, sorted by id; a type as its index in ``vocabulary``
+    (int32: an LLM may name many types)."""
 
     ids: Ids
     sources: Ids
     targets: Ids
     weights: NDArray[np.float32]
-    types: NDArray[np.object_]
+    types: NDArray[np.int32]
+    vocabulary: tuple[str, ...]
 
     @classmethod
     def of(cls, rows: Sequence[Any]) -> Relationships:
         rows = sorted(rows, key=lambda r: int(r[0]))
+        vocabulary = tuple(sorted({str(r[4]) for r in rows}))
+        code = {t: i for i, t in enumerate(vocabulary)}
         return cls(
             np.array([int(r[0]) for r in rows], dtype=np.int64),
             np.array([int(r[1]) for r in rows], dtype=np.int64),
             np.array([int(r[2]) for r in rows], dtype=np.int64),
             np.array([float(r[3]) for r in rows], dtype=np.float32),
-            np.array([str(r[4]) for r in rows], dtype=object),
+            np.array([code[str(r[4])] for r in rows], dtype=np.int32),
+            vocabulary,
         )
 
+    def sorted_by_id(self) -> Relationships:
+        order = np.argsort(self.ids, kind="stable")
+        return self._rows(order)
+
     def without(self, ids: Ids) -> Relationships:
-        keep = ~np.isin(self.ids, ids)
+        return self._rows(~np.isin(self.ids, ids))
+
+    def _rows(self, which: NDArray[Any]) -> Relationships:
         return Relationships(
-            self.ids[keep],
-            self.sources[keep],
-            self.targets[keep],
-            self.weights[keep],
-            self.types[keep],
+            self.ids[which],
+            self.sources[which],
+            self.targets[which],
+            self.weights[which],
+            self.types[which],
+            self.vocabulary,
         )
 
     def merged(self, other: Relationships) -> Relationships:
-        order = np.argsort(np.concatenate([self.ids, other.ids]), kind="stable")
+        """Both sets of rows, sorted by id; ``other``'s types recoded into this vocabulary
+        (extended by the types it did not have)."""
+        extra = tuple(t for t in other.vocabulary if t not in self.vocabulary)
+        vocabulary = self.vocabulary + extra
+        code = {t: i for i, t in enumerate(vocabulary)}
+        recode = np.array([code[t] for t in other.vocabulary], dtype=np.int32)
+        types = recode[other.types] if other.types.size else other.types
         return Relationships(
-            np.concatenate([self.ids, other.ids])[order],
-            np.concatenate([self.sources, other.sources])[order],
-            np.concatenate([self.targets, other.targets])[order],
-            np.concatenate([self.weights, other.weights])[order],
-            np.concatenate([self.types, other.types])[order],
-        )
+            np.concatenate([self.ids, other.ids]),
+            np.concatenate([self.sources, other.sources]),
+            np.concatenate([self.targets, other.targets]),
+            np.concatenate([self.weights, other.weights]),
+            np.concatenate([self.types, types]),
+            vocabulary,
+        ).sorted_by_id()
+
+    def type_names(self) -> list[str]:
+        return [self.vocabulary[int(c)] for c in self.types]
 
 
 @dataclass(frozen=True)
@@ -102,11 +140,10 @@ class MemoryGraph:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the arrays (the relationship types are shared strings, counted once)."""
+        """Bytes of the arrays and of the type names."""
         r = self.relationships
         arrays = (self.entities, self.chunks, r.ids, r.sources, r.targets, r.weights, r.types)
-        distinct = {t: len(t) for t in set(r.types.tolist())}
-        return sum(a.nbytes for a in arrays) + sum(distinct.values())
+        return sum(a.nbytes for a in arrays) + sum(len(t) for t in r.vocabulary)
 
     def canonical(self) -> dict[str, list[tuple[Any, ...]]]:
         """The state as comparable data (tests)."""
@@ -120,7 +157,7 @@ class MemoryGraph:
                     r.sources.tolist(),
                     r.targets.tolist(),
                     r.weights.tolist(),
-                    r.types.tolist(),
+                    r.type_names(),
                     strict=True,
                 )
             ],
@@ -138,9 +175,23 @@ def _sorted_edges(entities: Ids, chunks: Ids) -> tuple[Ids, Ids]:
 
 
 async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
-    entities, chunks = _passage_edges((await conn.execute(_ALL_PASSAGE_EDGES)).all())
-    relationships = Relationships.of((await conn.execute(_ALL_RELATIONSHIPS)).all())
-    return MemoryGraph(watermark, *_sorted_edges(entities, chunks), relationships)
+    """Every passage edge and relationship, packed by the server into fixed-width binary
+    records (services/communities/loader.py ``fetch_packed``: no Python object per row)."""
+    edges = await fetch_packed(conn, _PACKED_PASSAGE_EDGES, _EDGE_ROW)
+    types = [str(t) for t in (await conn.scalar(_TYPES)) or []]
+    rels = await fetch_packed(conn, _PACKED_RELATIONSHIPS, _REL_ROW)
+    relationships = Relationships(
+        rels["id"].astype(np.int64),
+        rels["src"].astype(np.int64),
+        rels["dst"].astype(np.int64),
+        rels["weight"].astype(np.float32),
+        rels["type"].astype(np.int32),
+        tuple(types),
+    ).sorted_by_id()
+    entities, chunks = _sorted_edges(
+        edges["entity"].astype(np.int64), edges["chunk"].astype(np.int64)
+    )
+    return MemoryGraph(watermark, entities, chunks, relationships)
 
 
 async def build(engine: AsyncEngine) -> MemoryGraph:
