@@ -13,8 +13,10 @@ each changed relationship are read again as that snapshot shows them and replace
 A refresh returns a new state; the old one stays whole for the queries reading it (one
 consistent state per query).
 
-Tested by tests/integration/test_graph_memory.py: after any sequence of document events with
-refreshes in between, the held state equals one built from the database."""
+Tested by tests/integration/test_graph_memory.py (after any sequence of document events with
+refreshes in between, the held state equals one built from the database) and by the curation
+property of tests/integration/test_curations.py (the same through curations, undos and the
+re-resolution of stored documents they cause)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
 from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
 from services.indexer.handlers import prepare_batch, write_batch
-from services.retrieval import neighbourhood
+from services.retrieval import graph_memory, neighbourhood
 from tests.conftest import Infra
 from tests.integration import test_graph_properties as props
 from tests.integration.test_graph_properties import Step
@@ -375,14 +375,27 @@ def acts(draw: st.DrawFn) -> list[Act]:
     return out
 
 
-async def _run_acts(env: Env, url: str, todo: Sequence[Act]) -> tuple[props.Planner, list[int]]:
+@dataclass
+class Held:
+    """The in-memory walked graph (services/retrieval/graph_memory.py) followed through the
+    acts: refreshed after each applied curation and at the end, and a fresh build then."""
+
+    state: graph_memory.MemoryGraph | None = None
+    fresh: graph_memory.MemoryGraph | None = None
+
+
+async def _run_acts(
+    env: Env, url: str, todo: Sequence[Act], held: Held | None = None
+) -> tuple[props.Planner, list[int]]:
     """Apply ``todo`` to ``url``; the planner of its events and the rules left in force."""
     planner = props.Planner()
     made: list[int] = []  # indexes into RULES of the curations made, in order
     ids: list[int] = []
     undone: set[int] = set()
     engine = make_engine(url)
+    held = held or Held()
     try:
+        held.state = await graph_memory.build(engine)
         async with env.deps(url) as deps:
             for act in todo:
                 if act.step is not None:
@@ -403,7 +416,10 @@ async def _run_acts(env: Env, url: str, todo: Sequence[Act]) -> tuple[props.Plan
                             made.append(act.rule)
                 if act.apply_now:
                     await apply_pending(deps)
+                    held.state = await graph_memory.refresh(engine, held.state)
             await apply_pending(deps)
+        held.state = await graph_memory.refresh(engine, held.state)
+        held.fresh = await graph_memory.build(engine)
     finally:
         await engine.dispose()
     return planner, [r for i, r in enumerate(made) if i not in undone]
@@ -418,7 +434,8 @@ def test_events_curations_and_undos_equal_a_rebuild_under_the_rules(
     try:
         loop = asyncio.new_event_loop()
         try:
-            planner, in_force = loop.run_until_complete(_run_acts(env, incremental, todo))
+            held = Held()
+            planner, in_force = loop.run_until_complete(_run_acts(env, incremental, todo, held))
             latest = [planner.docs[d].current for d in order if planner.docs[d].live_text]
             survivors = [dict(e, event_id=f"re-{e['event_id']}") for e in latest if e]
 
@@ -437,6 +454,10 @@ def test_events_curations_and_undos_equal_a_rebuild_under_the_rules(
             loop.close()
         got, want = canonical_graph(incremental), canonical_graph(rebuilt)
         assert got == want, graph_diff(got, want)
+        # The graph a query process holds, kept current through the same curations.
+        assert held.state is not None
+        assert held.fresh is not None
+        assert held.state.canonical() == held.fresh.canonical()
         statuses = scalar(incremental, "SELECT count(*) FROM curations WHERE applied_at IS NULL")
         assert statuses == 0
     finally:
