@@ -15,6 +15,7 @@ from services.communities import loader
 from services.communities.fingerprint import Fingerprinter
 from services.communities.graph import Graph, build_graph
 from services.communities.structure import PreviousSnapshot
+from services.core.db.snapshots import graph_snapshot
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def stale_flags(graph: Graph, previous: PreviousSnapshot) -> list[bool]:
 
 async def staleness(engine: AsyncEngine) -> Staleness:
     """Count the published snapshot's stale reports against the live graph."""
-    async with loader.graph_snapshot(engine) as (conn, _):
+    async with graph_snapshot(engine) as (conn, _):
         rows = await loader.load_graph_rows(conn)
         previous = await loader.load_previous(conn)
     if previous is None:

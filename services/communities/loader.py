@@ -4,33 +4,24 @@ records that become numpy arrays with one ``frombuffer`` (no ORM objects, no per
 a binary COPY arrives as one message per row, and reading 1M of those through the async
 driver cost ~2 s at 1M edges).
 
-Exact watermark: graph_changes ids come from a sequence, so a writer still in flight can hold
-a smaller id than one already committed. We briefly take SHARE on graph_changes (waits for
-in-flight writers, blocks new ones), export that snapshot to the reading connection, and let go
-at once: every id at or below the watermark is then in what we read, every later change is
-above it. Writers are held for milliseconds, not for the whole load.
+The exact snapshot and the packed reads are services/core/db/snapshots.py's (shared with the
+query process's in-memory graph).
 """
 
 from __future__ import annotations
 
-import contextlib
-import re
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import psycopg
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.communities.graph import GraphRows
 from services.communities.structure import PreviousSnapshot
-from services.core.errors import TransientError
+from services.core.db.snapshots import fetch_packed
 
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
-_SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+(-[0-9]+)?$")
 
 # Records as the server packs them (int8send/float8send are big-endian): one bytea value per
 # group of at most 2^20 ids, so no value nears the 1 GB limit of a bytea.
@@ -64,40 +55,6 @@ class PreviousReports:
     snapshot_id: int
     structure: PreviousSnapshot
     by_fingerprint: dict[str, tuple[str, str, str]]
-
-
-@contextlib.asynccontextmanager
-async def graph_snapshot(
-    engine: AsyncEngine, lock_timeout_s: float = 10.0
-) -> AsyncIterator[tuple[AsyncConnection, int]]:
-    """A REPEATABLE READ, read-only connection and the exact graph_changes watermark of the
-    data it sees."""
-    async with engine.connect() as holder, engine.connect() as reader:
-        await holder.execution_options(isolation_level="REPEATABLE READ")
-        await reader.execution_options(isolation_level="REPEATABLE READ")
-        async with holder.begin():
-            await holder.execute(
-                text("SELECT set_config('lock_timeout', :ms, true)"),
-                {"ms": f"{int(lock_timeout_s * 1000)}ms"},
-            )
-            try:
-                await holder.execute(text("LOCK TABLE graph_changes IN SHARE MODE"))
-            except Exception as exc:
-                raise TransientError(f"could not freeze graph_changes: {exc}") from exc
-            snapshot = str(await holder.scalar(text("SELECT pg_export_snapshot()")))
-            if not _SNAPSHOT_ID.match(snapshot):
-                raise ValueError(f"unexpected snapshot id {snapshot!r}")
-            await reader.begin()
-            # SET TRANSACTION SNAPSHOT takes a literal, not a parameter; the id is checked above.
-            await reader.execute(text(f"SET TRANSACTION SNAPSHOT '{snapshot}'"))
-            await reader.execute(text("SET TRANSACTION READ ONLY"))
-        watermark = int(
-            await reader.scalar(text("SELECT coalesce(max(id), 0) FROM graph_changes")) or 0
-        )
-        try:
-            yield reader, watermark
-        finally:
-            await reader.rollback()
 
 
 async def load_graph_rows(conn: AsyncConnection) -> GraphRows:
@@ -157,31 +114,6 @@ async def load_previous(conn: AsyncConnection) -> PreviousReports | None:
 async def next_community_id(conn: AsyncConnection) -> int:
     """Ids never used by any stored snapshot start here."""
     return int(await conn.scalar(text("SELECT coalesce(max(id), 0) + 1 FROM communities")) or 1)
-
-
-async def fetch_packed(
-    conn: AsyncConnection, sql: str, row: np.dtype, params: tuple[Any, ...] = ()
-) -> npt.NDArray[np.void]:
-    """Run ``sql``, whose rows are (record count, bytea of that many ``row`` records), and
-    return all records. A record with a NULL field would vanish from the aggregate: the
-    counts catch it."""
-    driver = await psycopg_connection(conn)
-    async with driver.cursor(binary=True) as cur:
-        await cur.execute(sql, params)
-        groups = await cur.fetchall()
-    data = b"".join(bytes(packed) for _, packed in groups if packed is not None)
-    if len(data) != sum(int(count) for count, _ in groups) * row.itemsize:
-        raise ValueError("packed rows have a NULL field or an unexpected layout")
-    return np.frombuffer(data, dtype=row)
-
-
-async def psycopg_connection(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
-    """The psycopg connection under a SQLAlchemy one (for COPY), in the same transaction."""
-    raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
-    if not isinstance(driver, psycopg.AsyncConnection):
-        raise TypeError("the engine must use psycopg 3 (postgresql+psycopg://)")
-    return driver
 
 
 def parse_binary_copy(data: bytes, row: np.dtype) -> npt.NDArray[np.void]:

@@ -22,6 +22,7 @@ from services.communities.structure import compute_structure
 from services.communities.summaries import Written, load_facts, write_reports
 from services.communities.writer import write_rows
 from services.core import log_context
+from services.core.db.snapshots import graph_snapshot
 from services.core.embedding import Embedder
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def _observe(
 
 
 async def _build(deps: RecomputeDeps, snapshot_id: int, clock: _Clock) -> snapshots.Published:
-    async with loader.graph_snapshot(deps.engine) as (conn, watermark):
+    async with graph_snapshot(deps.engine) as (conn, watermark):
         rows = await loader.load_graph_rows(conn)
         clock.lap("load.graph_s")
         previous = await loader.load_previous(conn)

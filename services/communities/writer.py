@@ -20,10 +20,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.communities.integrity import check_structure
-from services.communities.loader import psycopg_connection
 from services.communities.structure import Structure
 from services.communities.summaries import Written
 from services.core.db.engine import vector_literal
+from services.core.db.snapshots import psycopg_connection
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
 _TRAILER = b"\xff\xff"

@@ -5,8 +5,8 @@ What it holds, as numpy arrays (no Python object per row):
 - **passage edges**: each (entity, chunk) pair some mention makes, sorted by entity then chunk;
 - **relationships**: id, source, target, weight (float32) and type, sorted by id.
 
-How it is built and kept current: one bulk read in the communities loader's exact snapshot
-(services/communities/loader.py ``graph_snapshot``: every ``graph_changes`` id at or below its
+How it is built and kept current: one bulk read in an exact snapshot
+(services/core/db/snapshots.py ``graph_snapshot``: every ``graph_changes`` id at or below its
 watermark is in what it reads, every later change above it), then, at each refresh, the changes
 between the held watermark and a new exact one: the passage edges of each changed entity and
 each changed relationship are read again as that snapshot shows them and replace the held ones.
@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from services.communities.loader import fetch_packed, graph_snapshot
+from services.core.db.snapshots import fetch_packed, graph_snapshot
 
 Ids = NDArray[np.int64]
 
@@ -178,7 +178,7 @@ def _sorted_edges(entities: Ids, chunks: Ids) -> tuple[Ids, Ids]:
 
 async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
     """Every passage edge and relationship, packed by the server into fixed-width binary
-    records (services/communities/loader.py ``fetch_packed``: no Python object per row)."""
+    records (services/core/db/snapshots.py ``fetch_packed``: no Python object per row)."""
     edges = await fetch_packed(conn, _PACKED_PASSAGE_EDGES, _EDGE_ROW)
     types = [str(t) for t in (await conn.scalar(_TYPES)) or []]
     rels = await fetch_packed(conn, _PACKED_RELATIONSHIPS, _REL_ROW)
