@@ -128,18 +128,23 @@ async def write_document(
     )
 
 
+# The live row of :d whose tenant, ACL or metadata (``changed_attributes``) differ: the row
+# update_attributes changes, and the one kept for as_of before it does (graph_store/history.py).
+ATTRIBUTES_CHANGE = (
+    "d.doc_id = :d AND NOT d.deleted AND (d.tenant, d.acl, d.metadata)"
+    " IS DISTINCT FROM (CAST(:tn AS text), CAST(:acl AS text[]), CAST(:m AS jsonb))"
+)
+
+
 async def update_attributes(conn: AsyncConnection, event: DocumentEvent) -> bool:
     """An upsert with unchanged content may still change who can see the document (tenant,
     acl) or its metadata: apply those, and its version and time so an older replay cannot
     undo them. True when something changed."""
     changed = await conn.scalar(
         text(
-            "UPDATE documents d SET tenant = :tn, acl = CAST(:acl AS text[]),"
+            "UPDATE documents d SET tenant = :tn, acl = CAST(:acl AS text[]),"  # noqa: S608 - constants
             " metadata = CAST(:m AS jsonb), version = COALESCE(:v, d.version), occurred_at = :at,"
-            " last_event_id = :e, updated_at = now()"
-            " WHERE d.doc_id = :d AND NOT d.deleted AND (d.tenant, d.acl, d.metadata)"
-            " IS DISTINCT FROM (CAST(:tn AS text), CAST(:acl AS text[]), CAST(:m AS jsonb))"
-            " RETURNING 1"
+            f" last_event_id = :e, updated_at = now() WHERE {ATTRIBUTES_CHANGE} RETURNING 1"
         ),
         {
             "d": event.doc_id,

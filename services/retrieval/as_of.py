@@ -42,10 +42,20 @@ from services.retrieval.lexical import (
     STATS_SQL,
     CorpusStats,
     DocumentFrequencies,
-    question_lexemes,
 )
 from services.retrieval.vector import CHUNKS_SQL, CHUNKS_VISIBLE_SQL, PassageReads
 from services.retrieval.visibility import DOC_VISIBLE, Filtered
+
+# A current chunk existed at :as_of when the version that brought it in had occurred; a row of
+# history (a removed chunk, a replaced documents row) when its span holds :as_of.
+_BORN = "c.born_at <= CAST(:as_of AS timestamptz)"
+
+
+def _held(row: str) -> str:
+    return (
+        f"{row}.valid_from <= CAST(:as_of AS timestamptz)"
+        f" AND CAST(:as_of AS timestamptz) < {row}.valid_to"
+    )
 
 
 def _documents_at(document: str = "") -> str:
@@ -65,19 +75,16 @@ def _documents_at(document: str = "") -> str:
         "  UNION ALL (SELECT 1, l.tenant, l.acl FROM document_versions l"
         "   WHERE l.doc_id = v.doc_id ORDER BY l.valid_to DESC, l.id DESC LIMIT 1))"
         "  r ORDER BY r.o LIMIT 1) rule"
-        " WHERE v.valid_from <= CAST(:as_of AS timestamptz)"
-        f" AND CAST(:as_of AS timestamptz) < v.valid_to{kept}"
+        f" WHERE {_held('v')}{kept}"
     )
 
 
 _CHUNKS_AT = (
-    "chunks_at AS ("
-    " SELECT c.id, c.doc_id, c.text, c.embedding, c.tsv FROM chunks c"
-    "  WHERE c.born_at <= CAST(:as_of AS timestamptz)"
+    "chunks_at AS ("  # noqa: S608 - constants
+    f" SELECT c.id, c.doc_id, c.text, c.embedding, c.tsv FROM chunks c WHERE {_BORN}"
     " UNION ALL"
-    " SELECT h.id, h.doc_id, h.text, h.embedding, h.tsv FROM chunk_history h"
-    "  WHERE h.valid_from <= CAST(:as_of AS timestamptz)"
-    "  AND CAST(:as_of AS timestamptz) < h.valid_to)"
+    " SELECT c.id, c.doc_id, c.text, c.embedding, c.tsv FROM chunk_history c"
+    f" WHERE {_held('c')})"
 )
 # A passage's document, probed by its key per candidate (so the dense read can follow the
 # HNSW order and stop at k); the documents as a whole where a read lists them.
@@ -109,12 +116,8 @@ def _nearest(visible: bool) -> str:
         "(SELECT c.id, c.doc_id, d.title, c.text, c.embedding <=> CAST(:q AS vector) AS dist"  # noqa: S608 - constants
         " FROM {table} c " + document + " WHERE {held}" + where + " ORDER BY dist LIMIT :k)"
     )
-    current = side.format(table="chunks", held="c.born_at <= CAST(:as_of AS timestamptz)")
-    removed = side.format(
-        table="chunk_history",
-        held="c.valid_from <= CAST(:as_of AS timestamptz)"
-        " AND CAST(:as_of AS timestamptz) < c.valid_to",
-    )
+    current = side.format(table="chunks", held=_BORN)
+    removed = side.format(table="chunk_history", held=_held("c"))
     return (
         f"SELECT n.id, n.doc_id, n.title, n.text, 1 - n.dist FROM ({current} UNION ALL"  # noqa: S608 - constants
         f" {removed}) n ORDER BY n.dist, n.id LIMIT :k"
@@ -154,20 +157,16 @@ def as_of_caller(caller: Caller) -> Caller:
     return replace(caller, whole_corpus=False)
 
 
-async def past_reads(
-    conn: AsyncConnection, question: str, as_of: datetime
-) -> tuple[PassageReads, CorpusStats]:
-    """Vector mode's reads as of ``as_of`` and the BM25 statistics of that state; raises
-    HistoryNotKept when the history does not reach back to it."""
+async def past_reads(conn: AsyncConnection, as_of: datetime) -> tuple[PassageReads, CorpusStats]:
+    """Vector mode's reads as of ``as_of`` and the BM25 statistics of that state (document
+    frequencies counted in it as BM25 asks for them); raises HistoryNotKept when the history
+    does not reach back to it."""
     values = {"as_of": as_of}
     reaches, kept_since = (await conn.execute(_HORIZON, values)).one()
     if not reaches:
         raise HistoryNotKept(as_of, kept_since)
     chunks, avg_length = (await conn.execute(_STATS, values)).one()
-    lexemes = sorted(set(await question_lexemes(conn, question)))
-    rows = await conn.execute(_FREQUENCIES, {**values, "lex": lexemes}) if lexemes else None
-    known = {str(lex): (int(n), int(chunks)) for lex, n in (rows.all() if rows else [])}
-    frequencies = DocumentFrequencies(known=known, chunks=int(chunks))
+    frequencies = DocumentFrequencies(chunks=int(chunks), statement=_FREQUENCIES, values=values)
     stats = CorpusStats(int(chunks), max(float(avg_length), 1.0), frequencies)
     nearest, bm25, load = _READS
     return PassageReads(nearest, bm25, load, values, filtered=True), stats

@@ -48,9 +48,10 @@ _PACKED_PASSAGE_EDGES = (
     " FROM (" + _PASSAGE_EDGES + _GROUPED + ") m GROUP BY entity_id >> 20"
 )
 _TYPES = text("SELECT array_agg(DISTINCT type ORDER BY type) FROM relationships")
+# The codes are positions in the types just read (bound, so the two reads cannot disagree).
 _PACKED_RELATIONSHIPS = (
-    "WITH t AS (SELECT type, (row_number() OVER (ORDER BY type) - 1)::int AS code"
-    " FROM (SELECT DISTINCT type FROM relationships) d)"
+    "WITH t AS (SELECT type, (n - 1)::int AS code"
+    " FROM unnest(%s::text[]) WITH ORDINALITY AS u(type, n))"
     " SELECT count(*), string_agg(int8send(r.id) || int8send(r.source_id)"
     " || int8send(r.target_id) || float4send(r.weight::real) || int4send(t.code), ''::bytea)"
     " FROM relationships r JOIN t USING (type) GROUP BY r.id >> 20"
@@ -181,7 +182,7 @@ async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
     records (services/core/db/snapshots.py ``fetch_packed``: no Python object per row)."""
     edges = await fetch_packed(conn, _PACKED_PASSAGE_EDGES, _EDGE_ROW)
     types = [str(t) for t in (await conn.scalar(_TYPES)) or []]
-    rels = await fetch_packed(conn, _PACKED_RELATIONSHIPS, _REL_ROW)
+    rels = await fetch_packed(conn, _PACKED_RELATIONSHIPS, _REL_ROW, (types,))
     relationships = Relationships(
         rels["id"].astype(np.int64),
         rels["src"].astype(np.int64),

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
@@ -78,6 +78,10 @@ class DocumentFrequencies:
 
     known: dict[str, tuple[int, int]] = field(default_factory=dict)  # lexeme -> (df, chunks then)
     chunks: int = 0  # the corpus's chunk count, set by each statistics refresh
+    # How a lexeme is counted, and what that binds besides :lex (another state's chunks: as of
+    # a past time, services/retrieval/as_of.py).
+    statement: TextClause = field(default=_DOCUMENT_FREQUENCIES, compare=False)
+    values: Mapping[str, object] = field(default_factory=dict, compare=False)
 
     def _fresh(self, counted_at: int) -> bool:
         return abs(self.chunks - counted_at) <= DF_DRIFT * max(self.chunks, 1)
@@ -92,7 +96,7 @@ class DocumentFrequencies:
         )
         fresh: dict[str, int] = {}
         if missing:
-            rows = await conn.execute(_DOCUMENT_FREQUENCIES, {"lex": missing})
+            rows = await conn.execute(self.statement, {**self.values, "lex": missing})
             fresh = {str(lex): int(n) for lex, n in rows.all()}
             if len(self.known) + len(fresh) > MAX_CACHED_LEXEMES:
                 self.known = {}  # a memory bound: start over rather than keep stale counts

@@ -49,7 +49,7 @@ from services.retrieval.multistep import FollowUps
 from services.retrieval.paths import path_retrieve
 from services.retrieval.replicas import ReadRouter, Wanted
 from services.retrieval.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
-from services.retrieval.vector import hybrid_search
+from services.retrieval.vector import CURRENT, PassageReads, hybrid_search
 from services.retrieval.visibility import widened
 
 T = TypeVar("T")
@@ -423,7 +423,7 @@ class QueryService:
             "local", contexts, hops, grounded=grounded, seeds=seeds, chain=ranked.chain
         )
 
-    async def _hybrid(self, asked: _Asked) -> list[Context]:
+    async def _hybrid(self, asked: _Asked, reads: PassageReads = CURRENT) -> list[Context]:
         ranked = await hybrid_search(
             asked.conn,
             asked.req.question,
@@ -433,8 +433,9 @@ class QueryService:
             rrf_k=self.config.rrf_k,
             lexical=self.config.hybrid,
             caller=asked.caller,
+            reads=reads,
         )
-        return await contexts_for(asked.conn, ranked, caller=asked.caller)
+        return await contexts_for(asked.conn, ranked, caller=asked.caller, reads=reads)
 
     async def _past(
         self,
@@ -445,19 +446,8 @@ class QueryService:
         caller: Caller,
     ) -> Retrieval:
         """Vector mode over the documents as they were at ``as_of``."""
-        reads, stats = await past_reads(conn, req.question, as_of)
-        ranked = await hybrid_search(
-            conn,
-            req.question,
-            embedding,
-            req.k,
-            stats=stats,
-            rrf_k=self.config.rrf_k,
-            lexical=self.config.hybrid,
-            caller=caller,
-            reads=reads,
-        )
-        contexts = await contexts_for(conn, ranked, caller=caller, reads=reads)
+        reads, stats = await past_reads(conn, as_of)
+        contexts = await self._hybrid(_Asked(conn, req, embedding, stats, None, caller), reads)
         note = f"as of {as_of.isoformat()}: the documents as they were then"
         return Retrieval("vector", contexts, notes=[note])
 

@@ -107,7 +107,7 @@ async def _rankings(url: str, env: Env, question: str, as_of: datetime | None) -
             if as_of is None:
                 reads, stats = CURRENT, await StatsCache().get(conn)
             else:
-                reads, stats = await past_reads(conn, question, as_of)
+                reads, stats = await past_reads(conn, as_of)
             dense = await vector_search(conn, embedding, 50, caller=caller, reads=reads)
             bm25 = await bm25_search(
                 conn, question, 50, stats, caller=caller, statement=reads.bm25, values=reads.values

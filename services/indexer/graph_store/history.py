@@ -17,17 +17,16 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.indexer.documents import ATTRIBUTES_CHANGE
+
 _KEEP_DOCUMENT = (
     "INSERT INTO document_versions (doc_id, tenant, title, version, metadata, acl, valid_from,"
-    " valid_to) SELECT doc_id, tenant, title, version, metadata, acl, occurred_at,"
-    " GREATEST(occurred_at, :until) FROM documents WHERE doc_id = :d AND NOT deleted"
+    " valid_to) SELECT d.doc_id, d.tenant, d.title, d.version, d.metadata, d.acl,"
+    " d.occurred_at, GREATEST(d.occurred_at, :until) FROM documents d WHERE "
 )
-_KEEP_REPLACED = text(_KEEP_DOCUMENT)
+_KEEP_REPLACED = text(_KEEP_DOCUMENT + "d.doc_id = :d AND NOT d.deleted")
 # update_attributes' own condition: only a row it is about to change.
-_KEEP_CHANGED = text(
-    _KEEP_DOCUMENT + " AND (tenant, acl, metadata) IS DISTINCT FROM"
-    " (CAST(:tn AS text), CAST(:acl AS text[]), CAST(:m AS jsonb))"
-)
+_KEEP_CHANGED = text(_KEEP_DOCUMENT + ATTRIBUTES_CHANGE)
 _KEEP_CHUNKS = text(
     "INSERT INTO chunk_history (id, doc_id, ord, text, embedding, valid_from, valid_to)"
     " SELECT id, doc_id, ord, text, embedding, born_at, GREATEST(born_at, :until)"
@@ -46,12 +45,20 @@ _HORIZON = text(
 SWEEP_INTERVAL_S = 600.0  # pruning is bookkeeping: a day's retention is not minute-exact
 
 
-async def keep_document(
-    conn: AsyncConnection, doc_id: str, until: datetime, *, days: float
+async def keep_replaced(
+    conn: AsyncConnection,
+    doc_id: str,
+    chunk_ids: Sequence[int],
+    until: datetime,
+    *,
+    days: float,
 ) -> None:
-    """Keep the live documents row a new version or a delete at ``until`` replaces."""
+    """Keep the live documents row and the chunks a new version or a delete at ``until``
+    replaces."""
     if days > 0:
         await conn.execute(_KEEP_REPLACED, {"d": doc_id, "until": until})
+        if chunk_ids:
+            await conn.execute(_KEEP_CHUNKS, {"ids": list(chunk_ids), "until": until})
 
 
 async def keep_changed_document(
@@ -66,14 +73,6 @@ async def keep_changed_document(
     metadata JSON) change it."""
     if days > 0:
         await conn.execute(_KEEP_CHANGED, {"d": doc_id, "until": until, **attributes})
-
-
-async def keep_chunks(
-    conn: AsyncConnection, chunk_ids: Sequence[int], until: datetime, *, days: float
-) -> None:
-    """Keep the chunks a new version or a delete at ``until`` removes."""
-    if days > 0 and chunk_ids:
-        await conn.execute(_KEEP_CHUNKS, {"ids": list(chunk_ids), "until": until})
 
 
 async def prune(conn: AsyncConnection, days: float) -> None:

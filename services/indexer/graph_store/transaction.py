@@ -33,11 +33,7 @@ from services.indexer.graph_store.chunks import (
     remove_chunks,
 )
 from services.indexer.graph_store.entities import resolve_entities
-from services.indexer.graph_store.history import (
-    keep_changed_document,
-    keep_chunks,
-    keep_document,
-)
+from services.indexer.graph_store.history import keep_changed_document, keep_replaced
 from services.indexer.graph_store.rebuild import rebuild
 from services.indexer.graph_store.relationships import add_relationships
 from services.indexer.ordering import decide_delete, decide_upsert, moves_tenant
@@ -59,7 +55,9 @@ async def write_upsert(
         # Rule 1: the document's row.
         stored = await stored_doc(conn, event.doc_id, lock=True, max_skew_s=deps.max_clock_skew_s)
         decision = decide_upsert(stored, event, plan.doc_hash)
-        if decision == "unchanged":  # the row it may replace stays readable through as_of
+        if decision == "unchanged":
+            # Same content, new access rules or metadata: the row changes, the graph does not
+            # (the row it replaces stays readable through as_of).
             await keep_changed_document(
                 conn,
                 event.doc_id,
@@ -67,10 +65,9 @@ async def write_upsert(
                 changed_attributes(event),
                 days=deps.history_days,
             )
-        if decision == "unchanged" and await update_attributes(conn, event):
-            # Same content, new access rules or metadata: the row changes, the graph does not.
-            await set_outcome(conn, event.event_id, "applied")
-            return "applied"
+            if await update_attributes(conn, event):
+                await set_outcome(conn, event.event_id, "applied")
+                return "applied"
         if decision != "apply":
             await set_outcome(conn, event.event_id, decision)
             return decision
@@ -84,8 +81,7 @@ async def write_upsert(
         )
         removed = [i for h, i in current.items() if h not in wanted]
         # What this version replaces stays readable through as_of (graph_store/history.py).
-        await keep_document(conn, event.doc_id, event.occurred_at, days=deps.history_days)
-        await keep_chunks(conn, removed, event.occurred_at, days=deps.history_days)
+        await keep_replaced(conn, event.doc_id, removed, event.occurred_at, days=deps.history_days)
         await write_document(conn, event, plan.doc_hash, deleted=False)
         ents, rels = await remove_chunks(conn, removed)
         await move_chunks(
@@ -124,9 +120,11 @@ async def write_delete(
             return decision
         changes = ChangeSet()
         current = await existing_chunk_hashes(conn, event.doc_id)
-        await keep_document(conn, event.doc_id, event.occurred_at, days=deps.history_days)
-        await keep_chunks(conn, list(current.values()), event.occurred_at, days=deps.history_days)
-        ents, rels = await remove_chunks(conn, list(current.values()))
+        chunk_ids = list(current.values())
+        await keep_replaced(
+            conn, event.doc_id, chunk_ids, event.occurred_at, days=deps.history_days
+        )
+        ents, rels = await remove_chunks(conn, chunk_ids)
         await write_document(conn, event, None, deleted=True)
         await rebuild(conn, ents, rels, changes, removed_evidence=True)
         await log_changes(conn, changes, event.doc_id, event.event_id, erasure=True)
