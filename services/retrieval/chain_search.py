@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
@@ -19,14 +18,9 @@ from services.retrieval.lexical import (
     question_terms,
     useful_terms,
 )
-from services.retrieval.neighbourhood import bridge_step
+from services.retrieval.neighbourhood import DbGraphReads, GraphReads
 from services.retrieval.visibility import VISIBLE_DOC_IDS, Filtered
 
-# The entities a passage is about: its document's title (resolution.with_title, at -1; the
-# publisher's facts sit at -2, -3, ...: services/indexer/provided.py).
-_TOPICS = text(
-    "SELECT chunk_id, entity_id FROM mentions WHERE chunk_id = ANY(:c) AND start_char = -1"
-)
 # What a step needs of the passages it reached, in one statement (three had cost a round trip
 # each, nine steps a question): the question's cosine (fusion), which of the question's terms
 # each contains (relevance) and the entities it is about.
@@ -85,12 +79,15 @@ async def follow_chains(
     lexical_weight: float,
     caller: Caller,
     start: chains.ChainStart | None = None,
+    reads: GraphReads | None = None,
 ) -> tuple[list[int], tuple[int, ...]]:
     """The fused ranking interleaved with the later passages of chains that start at its
     ``width`` best passages (or continue from ``start``) and follow bridge entities
     (services/retrieval/chains.py), and the best chain's passages (the offline answer reads
     its next hop). ``base`` gives the fused dense and graph scores with more passages among
-    the candidates (given with their cosine to the question)."""
+    the candidates (given with their cosine to the question). The links come from ``reads``
+    (the database as the caller sees it when none)."""
+    graph = reads or DbGraphReads(conn, caller)
     order = sorted(fused, key=lambda c: (-fused[c], c))
     heads = list(start.heads) if start else order[:width]
     if not heads:
@@ -101,12 +98,12 @@ async def follow_chains(
     asked = sorted(idf)  # the terms that say something: in some passage, in at most half
     terms = await question_terms(conn, asked, [*order, *heads])
     links = chains.Links()
-    links.add_about(await _about(conn, [*order, *heads]))
+    links.add_about(await graph.about([*order, *heads]))
     beam, ended = chains.starts(heads, fused, used, terms), []
     fetched: set[int] = set()
     for _ in range(steps):  # a chain longer than the top k cannot fit in it
         lasts = sorted({ch.passages[-1] for ch in beam} - fetched)
-        links.add(await bridge_step(conn, lasts, used, caller))
+        links.add(await graph.bridge_step(lasts, used))
         fetched.update(lasts)
         fresh = sorted(chains.reachable(beam, links) - terms.keys())
         reached = await reached_facts(conn, fresh, asked, embedding, caller)
@@ -122,11 +119,3 @@ async def follow_chains(
     later = chains.ranking(() if start else heads, found)
     best = min(found, key=lambda ch: (-ch.score, ch.passages), default=None)
     return chains.interleave(order, later), best.passages if best else ()
-
-
-async def _about(conn: AsyncConnection, chunks: Sequence[int]) -> list[tuple[int, int]]:
-    """(chunk, entity) pairs: the entities these passages are about (their title)."""
-    if not chunks:
-        return []
-    rows = await conn.execute(_TOPICS, {"c": list(chunks)})
-    return [(int(c), int(e)) for c, e in rows.all()]

@@ -11,13 +11,15 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.retrieval import chain_search, chains, neighbourhood, ranking, reseed
+from services.retrieval.graph_memory import MemoryGraph
+from services.retrieval.graph_walk import MemoryGraphReads
 from services.retrieval.grounding import Grounding
 from services.retrieval.lexical import CorpusStats, bm25_search
 from services.retrieval.schemas import Hop
@@ -55,13 +57,13 @@ _PAGERANK = text(
 
 async def graph_scores(
     conn: AsyncConnection,
+    reads: neighbourhood.GraphReads,
     hood: neighbourhood.LocalGraph,
     grounding: Grounding,
     *,
     ranker: Ranker,
     snapshot_id: int | None,
     executor: Executor | None = None,
-    caller: Caller,
     methods: LocalMethods = LocalMethods(),
 ) -> dict[int, float]:
     """Passage scores from the graph: PPR from the seeds (computed in ``executor``, off the
@@ -77,25 +79,17 @@ async def graph_scores(
         - set(grounding.weights)
         - {e for e, n in hood.mention_counts.items() if n > neighbourhood.HUB_MENTIONS}
     )
-    second: list[Any] = []
+    second: list[neighbourhood.Relation] = []
     if ring:
-        second = list(
-            (
-                await conn.execute(
-                    *neighbourhood.relationships(methods.hide_weak_edges).bind(
-                        caller, {"e": ring, "n": 2000}
-                    )
-                )
-            ).all()
-        )
+        second, _ = await reads.relations(ring, methods.hide_weak_edges, 2000)
     edges = [(s, t, w) for s, t, _, w, _ in hood.relations]
-    edges += [(int(r[0]), int(r[1]), float(r[3])) for r in second]
+    edges += [(s, t, w) for s, t, _, w, _ in second]
     mentions = list(hood.mentions)
     new = {e for s, t, _ in edges for e in (s, t)} - set(hood.names)
     if new:
-        hubs_out = [e for e, _ in await neighbourhood.not_hubs(conn, sorted(new))]
-        mentions += await neighbourhood.mentions_of(conn, hubs_out, caller)
-        names, counts = await neighbourhood.names_of(conn, sorted(new), caller)
+        hubs_out = [e for e, _ in await reads.not_hubs(sorted(new))]
+        mentions += await reads.mentions_of(hubs_out)
+        names, counts = await reads.names_of(sorted(new))
         hood.names.update(names)
         hood.mention_counts.update(counts)
     entities = sorted(hood.names)
@@ -125,23 +119,31 @@ async def local_search(
     caller: Caller,
     methods: LocalMethods = LocalMethods(),
     chain_start: chains.ChainStart | None = None,
+    memory: MemoryGraph | None = None,
 ) -> tuple[Ranked, list[Hop]]:
     """The k best passages by fused dense, BM25 and graph scores, with explaining hops, from
     what the caller can see. The walk restarts from the seeds; with re-seeding, a second
     walk also restarts from the bridge entities of the fused top. Chains start at the fused
-    top, or continue from ``chain_start`` (a follow-up search)."""
+    top, or continue from ``chain_start`` (a follow-up search). The graph is read from
+    ``memory`` (the process's held graph) for a caller who reads without a per-document
+    filter, else from the database as the caller sees it."""
     depth = max(3 * k, 30)
+    reads: neighbourhood.GraphReads = (
+        MemoryGraphReads(memory, conn)
+        if memory is not None and caller.unfiltered
+        else neighbourhood.DbGraphReads(conn, caller)
+    )
     hood = await neighbourhood.around(
-        conn, sorted(grounding.weights), caller=caller, hide_weak=methods.hide_weak_edges
+        reads, sorted(grounding.weights), hide_weak=methods.hide_weak_edges
     )
     walk = functools.partial(
         graph_scores,
         conn,
+        reads,
         hood,
         ranker=ranker,
         snapshot_id=snapshot_id,
         executor=executor,
-        caller=caller,
         methods=methods,
     )
     graph = await walk(grounding)
@@ -182,7 +184,7 @@ async def local_search(
             # so a hop beyond them is in the graph the second walk runs on.
             reached = reseed.reached_passages(bridges, hood.mentions, skip=top)
             known = {e for e, _ in hood.mentions} | set(hood.names)
-            more = await neighbourhood.bridge_step(conn, reached, sorted(known), caller)
+            more = await reads.bridge_step(reached, sorted(known))
             hood.mentions = sorted(set(hood.mentions) | set(more))
             both = Grounding(reseed.split_reset(grounding.weights, bridges), grounding.names)
             graph = await walk(both)
@@ -204,6 +206,7 @@ async def local_search(
             lexical_weight=weights.lexical,
             caller=caller,
             start=chain_start,
+            reads=reads,
         )
         # the merged order has no common scale: each passage scores 1 / its rank
         fused = {c: 1.0 / (i + 1) for i, c in enumerate(order)}
@@ -214,8 +217,9 @@ async def local_search(
         + ("" if c in first else ", reached through a chain of passages")
         for c in ids
     }
+    await reads.describe(hood, neighbourhood.SHOWN_HOPS)
     hops: list[Hop] = [
         (hood.names.get(s, str(s)), rtype, hood.names.get(t, str(t)), desc[:300])
-        for s, t, rtype, _, desc in hood.relations[:10]
+        for s, t, rtype, _, desc in hood.relations[: neighbourhood.SHOWN_HOPS]
     ]
     return Ranked(ids, {c: fused[c] for c in ids}, why, chain=chain), hops

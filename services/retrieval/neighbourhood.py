@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from sqlalchemy import TextClause, text
@@ -24,6 +25,9 @@ from services.retrieval.visibility import (
 
 HUB_MENTIONS = 200  # entities mentioned more often than this are not expanded through
 MAX_BRIDGE_MENTIONS = 4000  # passage links each step reads (rarest entities first)
+SHOWN_HOPS = 10  # relations a local result shows as its hops
+
+Relation = tuple[int, int, str, float, str]  # source, target, type, weight, description
 
 
 @dataclass
@@ -32,8 +36,9 @@ class LocalGraph:
 
     names: dict[int, str]  # the relationship endpoints
     mention_counts: dict[int, int]
-    relations: list[tuple[int, int, str, float, str]]  # source, target, type, weight, description
+    relations: list[Relation]
     mentions: list[tuple[int, int]] = field(default_factory=list)  # (entity, chunk)
+    relation_ids: list[int] = field(default_factory=list)  # when read from memory
 
     def pagerank(self, seeds: dict[int, float], *, hub_damping: bool = False) -> dict[int, float]:
         """PPR over the passage-entity graph plus relationship edges (log1p weights)."""
@@ -139,26 +144,103 @@ _BRIDGE_MENTIONS = Filtered.of(
 _NAMES = text("SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)")
 
 
-async def around(
-    conn: AsyncConnection,
-    seeds: Sequence[int],
-    *,
-    caller: Caller,
-    hide_weak: bool = False,
-) -> LocalGraph:
+@runtime_checkable
+class GraphReads(Protocol):
+    """What local mode reads of the graph: from the database for any caller (``DbGraphReads``)
+    or from the graph held in memory for an unfiltered one (graph_walk.py)."""
+
+    async def relations(
+        self, seeds: Sequence[int], hide_weak: bool, limit: int
+    ) -> tuple[list[Relation], list[int]]:
+        """The seeds' relationships by weight then id, at most ``limit`` (and their ids when
+        known: those read from memory are described later, ``describe``)."""
+        ...
+
+    async def not_hubs(self, entities: Sequence[int]) -> list[tuple[int, int]]:
+        """(entity, mention count) of the non-hub entities among these, rarest first."""
+        ...
+
+    async def mentions_of(self, entities: Sequence[int]) -> list[tuple[int, int]]:
+        """Their (entity, chunk) passage edges."""
+        ...
+
+    async def bridge_step(
+        self, chunks: Sequence[int], known: Sequence[int]
+    ) -> list[tuple[int, int]]:
+        """(entity, chunk) edges of the other entities of these passages (not ``known``, not
+        hubs), rarest first up to MAX_BRIDGE_MENTIONS links."""
+        ...
+
+    async def about(self, chunks: Sequence[int]) -> list[tuple[int, int]]:
+        """(chunk, entity) pairs: the entities these passages are about (their title)."""
+        ...
+
+    async def names_of(self, entities: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
+        """Names and mention counts of those that exist (names may be filled in later)."""
+        ...
+
+    async def describe(self, hood: LocalGraph, shown: int) -> None:
+        """Fill in the names and descriptions of the first ``shown`` relations."""
+        ...
+
+
+# The entities a passage is about: its document's title (resolution.with_title, at -1; the
+# publisher's facts sit at -2, -3, ...: services/indexer/provided.py).
+_TOPICS = text(
+    "SELECT chunk_id, entity_id FROM mentions WHERE chunk_id = ANY(:c) AND start_char = -1"
+)
+
+
+class DbGraphReads:
+    """GraphReads by the statements of this module, as the caller may see."""
+
+    def __init__(self, conn: AsyncConnection, caller: Caller) -> None:
+        self._conn, self._caller = conn, caller
+
+    async def relations(
+        self, seeds: Sequence[int], hide_weak: bool, limit: int
+    ) -> tuple[list[Relation], list[int]]:
+        statement = relationships(hide_weak)
+        values = {"e": list(seeds), "n": limit}
+        rows = (await self._conn.execute(*statement.bind(self._caller, values))).all()
+        return [(int(s), int(t), str(y), float(w), str(d)) for s, t, y, w, d in rows], []
+
+    async def not_hubs(self, entities: Sequence[int]) -> list[tuple[int, int]]:
+        return await not_hubs(self._conn, entities)
+
+    async def mentions_of(self, entities: Sequence[int]) -> list[tuple[int, int]]:
+        return await mentions_of(self._conn, entities, self._caller)
+
+    async def bridge_step(
+        self, chunks: Sequence[int], known: Sequence[int]
+    ) -> list[tuple[int, int]]:
+        return await bridge_step(self._conn, chunks, known, self._caller)
+
+    async def about(self, chunks: Sequence[int]) -> list[tuple[int, int]]:
+        if not chunks:
+            return []
+        rows = await self._conn.execute(_TOPICS, {"c": list(chunks)})
+        return [(int(c), int(e)) for c, e in rows.all()]
+
+    async def names_of(self, entities: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
+        return await names_of(self._conn, entities, self._caller)
+
+    async def describe(self, hood: LocalGraph, shown: int) -> None:  # noqa: ARG002 - protocol
+        return None  # read with their descriptions and names
+
+
+async def around(reads: GraphReads, seeds: Sequence[int], *, hide_weak: bool = False) -> LocalGraph:
     """Seeds, their 1-hop relationship neighbours (``hide_weak``: strong edges only), the
     passages that mention them, and one more passage-entity step (the bridge to a second
     document); hubs are not expanded. Only what the caller can see."""
-    statement = relationships(hide_weak)
-    rels = (await conn.execute(*statement.bind(caller, {"e": list(seeds), "n": 500}))).all()
-    relations = [(int(s), int(t), str(y), float(w), str(d)) for s, t, y, w, d in rels]
+    relations, relation_ids = await reads.relations(seeds, hide_weak, 500)
     entities = sorted(set(seeds) | {r[0] for r in relations} | {r[1] for r in relations})
-    first = await mentions_of(conn, first_step(await not_hubs(conn, entities), seeds), caller)
+    first = await reads.mentions_of(first_step(await reads.not_hubs(entities), seeds))
     # The bridge: other entities of those passages, rarest first, up to a bound of links.
-    bridge = await bridge_step(conn, sorted({c for _, c in first}), entities, caller)
+    bridge = await reads.bridge_step(sorted({c for _, c in first}), entities)
     mentions = sorted(set(first) | set(bridge))
-    names, counts = await names_of(conn, entities, caller)
-    return LocalGraph(names, counts, relations, mentions)
+    names, counts = await reads.names_of(entities)
+    return LocalGraph(names, counts, relations, mentions, relation_ids)
 
 
 def first_step(ranked: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[int]:

@@ -29,6 +29,7 @@ from services.core.settings import Settings
 from services.indexer.curation_apply import APPLIER_LOCK, apply_pending
 from services.indexer.handlers import prepare_batch, write_batch
 from services.retrieval import graph_memory, neighbourhood
+from services.retrieval.graph_walk import MemoryGraphReads
 from tests.conftest import Infra
 from tests.integration import test_graph_properties as props
 from tests.integration.test_graph_properties import Step
@@ -662,12 +663,15 @@ async def test_a_weak_edge_turns_strong_with_evidence_and_weak_again_when_it_goe
 
         async with env.deps(url) as deps, deps.engine.connect() as conn:
             seeds = [int(scalar(url, "SELECT id FROM entities WHERE name = 'Richard Nixon'"))]
-            every = await neighbourhood.around(conn, seeds, caller=Caller.operator())
-            strong = await neighbourhood.around(
-                conn, seeds, caller=Caller.operator(), hide_weak=True
-            )
-        assert every.relations
-        assert strong.relations == []  # every edge of this tiny graph is a single co-occurrence
+            held = await graph_memory.build(deps.engine)
+            for reads in (
+                neighbourhood.DbGraphReads(conn, Caller.operator()),
+                MemoryGraphReads(held, conn),
+            ):
+                every = await neighbourhood.around(reads, seeds)
+                strong = await neighbourhood.around(reads, seeds, hide_weak=True)
+                assert every.relations
+                assert strong.relations == []  # each edge here is a single co-occurrence
     finally:
         drop_database(url)
 

@@ -58,9 +58,7 @@ READYZ_BUDGET_S = 30.0
 # Each check given 5 s (the default 0.8 s): on a loaded 2-core machine one check in many took
 # longer, and the reports asserted on (/readyz, status) show the last check, an error then.
 # The hung-standby test waits for the check to give up, so it only takes longer.
-FAST = ReadPolicy(
-    check_s=0.1, retry_s=0.5, max_lag_s=3600.0, wait_max_s=120.0, check_budget_s=5.0
-)
+FAST = ReadPolicy(check_s=0.1, retry_s=0.5, max_lag_s=3600.0, wait_max_s=120.0, check_budget_s=5.0)
 
 
 @dataclass
