@@ -479,6 +479,19 @@ class Settings(BaseSettings):
         description="Local mode's passage-entity edges weigh 1/ln(1 + df) (df = passages "
         "mentioning the entity); off: every mention edge weighs 1. docs/retrieval.md.",
     )
+    query_graph_memory: bool = Field(
+        default=True,
+        description="The query API holds the graph local mode walks in memory (built at start, "
+        "refreshed from graph_changes) and walks it for callers who read every document; off, "
+        "or with read replicas, or for a restricted caller, local mode reads the database. "
+        'docs/retrieval.md, "The graph in memory".',
+    )
+    query_graph_refresh_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often the held graph takes the changes since its last refresh.",
+    )
     query_path_max_hops: int = Field(
         default=6, ge=1, le=6, description="Longest path (hops) path mode and /v1/paths search."
     )

@@ -34,6 +34,7 @@ from services.eval.communities import ensure_snapshot
 from services.eval.metrics import QuestionResult, dedupe, mode_report, question_row
 from services.indexer.deps import IndexerDeps, Outcome, RawRecord
 from services.indexer.handlers import handle_batch
+from services.retrieval.compose import graph_holder
 from services.retrieval.schemas import QueryRequest
 from services.retrieval.service import QUERY_CPU_WORKERS, QueryService, build_query_service
 
@@ -302,8 +303,13 @@ async def evaluate(settings: Settings, config: EvalConfig) -> EvalOutcome:
                     outcome.notes.append(f"global: {unavailable}")
             # the questions get the API's model threads, so latencies are the API's
             queries = stack.enter_context(ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS))
+            graph = None
+            if settings.query_graph_memory:  # as the API walks it, built after the ingest
+                graph = graph_holder(settings, url)
+                stack.callback(graph.close)
+                await graph.caught_up()
             service = build_query_service(
-                settings, engine, embedder, extractor, queries, client=client
+                settings, engine, embedder, extractor, queries, client=client, graph=graph
             )
             if config.on_service is not None:
                 service = config.on_service(service)

@@ -28,6 +28,7 @@ from services.query_api.probe_server import ProbeServer
 from services.query_api.readiness import Readiness
 from services.query_api.routes import router
 from services.retrieval import compose
+from services.retrieval.graph_holder import holding
 from services.retrieval.monitoring import FeedbackLedger
 from services.retrieval.replicas import measuring
 from services.retrieval.service import QueryService
@@ -35,7 +36,9 @@ from services.retrieval.service import QueryService
 log = logging.getLogger(__name__)
 
 
-def build_service(settings: Settings, database_url: str, *, replicas: bool = False) -> QueryService:
+def build_service(
+    settings: Settings, database_url: str, *, replicas: bool = False, hold_graph: bool = False
+) -> QueryService:
     """The query service of services/retrieval/compose.py with the API's metrics: model calls
     and reads reported to Prometheus."""
     return compose.build_service(
@@ -44,6 +47,7 @@ def build_service(settings: Settings, database_url: str, *, replicas: bool = Fal
         replicas=replicas,
         meter=PrometheusModelMeter(),
         observer=PrometheusReadObserver(),
+        hold_graph=hold_graph,
     )
 
 
@@ -53,7 +57,7 @@ def create_app(
     """The FastAPI app; models load once at start-up (or come in ``service``). Refuses (a
     ConfigurationError) to serve without keys on a non-loopback address unless forced."""
     auth.check_bind(settings)
-    svc = service or build_service(settings, endpoints.database_url, replicas=True)
+    svc = service or build_service(settings, endpoints.database_url, replicas=True, hold_graph=True)
     publisher = DocumentPublisher(
         endpoints.kafka_bootstrap_servers, settings.documents_topic, settings
     )
@@ -84,6 +88,7 @@ def create_app(
             async with (
                 dashboard.sampling(app),
                 measuring(svc.reads),
+                holding(svc.graph),
                 mcp_server.running(app.state.mcp),
             ):
                 yield

@@ -215,7 +215,8 @@ class Operations:
         return await self._publish([event])
 
     async def status(self) -> dict[str, Any]:
-        """The operator's status document (``kgstream status``) and the replicas' last check."""
+        """The operator's status document (``kgstream status``), the replicas' last check and
+        the held graph (null when this process walks the database)."""
         settings = self.settings
         doc = await database_status(
             self.service.engine,
@@ -226,6 +227,8 @@ class Operations:
         )
         reads = self.service.reads
         doc["replicas"] = reads.report() if reads is not None else []
+        graph = self.service.graph
+        doc["graph_memory"] = graph.report() if graph is not None else None
         return doc
 
     async def _publish(self, events: list[dict[str, Any]]) -> IngestAccepted:

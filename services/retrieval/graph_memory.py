@@ -79,6 +79,7 @@ _PACKED_RELATIONSHIPS = (
     " || int8send(r.target_id) || float8send(r.weight) || int4send(t.code) || boolsend(r.weak),"
     " ''::bytea) FROM relationships r JOIN t USING (type) GROUP BY r.id >> 20"
 )
+_TOP = text("SELECT max(id) FROM graph_changes")
 _CHANGES = text(
     "SELECT kind, ref_id FROM graph_changes WHERE id > :since AND id <= :until"
     " AND kind IN ('node', 'edge')"
@@ -362,7 +363,13 @@ async def build(engine: AsyncEngine) -> MemoryGraph:
 
 async def refresh(engine: AsyncEngine, held: MemoryGraph) -> MemoryGraph:
     """``held`` brought up to a new exact snapshot by the changes since its watermark (itself
-    when nothing changed)."""
+    when nothing changed). Nothing committed above the held watermark is seen without the
+    exact snapshot's brief lock (every id at or below it was committed when it was taken, so
+    a later change has a larger id): an idle graph costs its writers nothing."""
+    async with engine.connect() as conn:
+        top = await conn.scalar(_TOP)
+    if top is None or int(top) <= held.watermark:
+        return held
     async with graph_snapshot(engine) as (conn, watermark):
         if watermark == held.watermark:
             return held

@@ -40,6 +40,8 @@ from services.retrieval.facets import FacetCache, unmentioned
 from services.retrieval.facets import Grounding as SourceGrounding
 from services.retrieval.filters import scoped
 from services.retrieval.global_mode import global_retrieve
+from services.retrieval.graph_holder import GraphHolder
+from services.retrieval.graph_memory import MemoryGraph
 from services.retrieval.grounding import Grounding, ground
 from services.retrieval.lexical import CorpusStats, StatsCache
 from services.retrieval.llm import ChatModel, ChatReply, OpenAIChat, Usage
@@ -108,6 +110,7 @@ class _Asked:
     stats: CorpusStats
     snapshot_id: int | None
     caller: Caller
+    memory: MemoryGraph | None = None  # the held graph, taken before the read began
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class QueryService:
     withheld: WithheldCache = field(default_factory=WithheldCache)  # core/erasure.py
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
     reads: ReadRouter | None = None  # replicas or the primary (services/retrieval/replicas.py)
+    graph: GraphHolder | None = None  # the walked graph in memory (graph_holder.py)
     draw: Callable[[], float] = random.random  # the A/B split's draw in [0, 1)
 
     def read(
@@ -145,6 +149,14 @@ class QueryService:
         async with self.read(want) as (conn, snapshot_id):
             yield conn, snapshot_id, await widened(conn, caller)
 
+    def held_graph(self, req: QueryRequest) -> MemoryGraph | None:
+        """The held graph for this query, taken before its read begins (so never newer than
+        what the read sees): none for a query that waits for an event (``after_event``: the
+        database shows it once the read has waited; the held graph may not yet)."""
+        if self.graph is None or req.after_event is not None:
+            return None
+        return self.graph.current()
+
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run model code in the executor, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -163,6 +175,7 @@ class QueryService:
         t_route = time.perf_counter()
         embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
+        memory = self.held_graph(req)
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
             retrieve = functools.partial(
                 self._retrieve,
@@ -172,6 +185,7 @@ class QueryService:
                 embedding=embedding,
                 spans=spans,
                 snapshot_id=snapshot_id,
+                memory=memory,
             )
             if req.as_of is not None:  # the sources named now may not be those of then
                 grounded, unheld = None, list[str]()
@@ -270,6 +284,7 @@ class QueryService:
 
         async def search(query: str, start: ChainStart | None) -> Retrieval:
             embedding, spans = await self._read_question(query, with_spans=True)
+            memory = self.held_graph(req)
             async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
                 return await self._retrieve(
                     conn,
@@ -280,6 +295,7 @@ class QueryService:
                     snapshot_id=snapshot_id,
                     caller=reader,
                     chain_start=start,
+                    memory=memory,
                 )
 
         count = functools.partial(self._count, usage, purpose="followup")
@@ -348,11 +364,13 @@ class QueryService:
         snapshot_id: int | None,
         caller: Caller,
         chain_start: ChainStart | None = None,
+        memory: MemoryGraph | None = None,
     ) -> Retrieval:
         """The mode's retrieval, falling back (global and path and local to vector, path to
         local) with a note when the mode finds nothing to go on; ``caller`` as ``read_as``
-        gives it."""
-        asked = _Asked(conn, req, embedding, await self.stats.get(conn), snapshot_id, caller)
+        gives it; ``memory``: the held graph local mode walks (``held_graph``)."""
+        stats = await self.stats.get(conn)
+        asked = _Asked(conn, req, embedding, stats, snapshot_id, caller, memory)
         notes: list[str] = []
         if mode == "global":
             found = await global_retrieve(
@@ -414,6 +432,7 @@ class QueryService:
             executor=self.executor,
             caller=asked.caller,
             chain_start=chain_start,
+            memory=asked.memory,
         )
         if not ranked.ids:
             return None
@@ -502,9 +521,11 @@ def build_query_service(
     client: openai.OpenAI | None = None,
     meter: ModelMeter = NO_METER,
     reads: ReadRouter | None = None,
+    graph: GraphHolder | None = None,
 ) -> QueryService:
     """A QueryService with the configured knobs and, given the process's client, the LLM;
-    ``reads``: where reads go (default: the primary, with the configured wait)."""
+    ``reads``: where reads go (default: the primary, with the configured wait); ``graph``:
+    the held graph local mode walks (none: the database)."""
     llm: ChatModel | None = None
     if client is not None:
         llm = OpenAIChat(client, settings.llm_model, settings.llm_max_attempts)
@@ -517,6 +538,7 @@ def build_query_service(
         llm=llm,
         meter=meter,
         reads=reads or ReadRouter.from_settings(settings, engine, replicas=False),
+        graph=graph,
     )
 
 
