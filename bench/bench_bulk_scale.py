@@ -79,7 +79,10 @@ async def _queries(
     out: dict[str, Any] = {}
     callers = {who: CALLERS[who] for who in args.callers.split(",")}
     modes = args.modes.split(",")
-    async with query_service(Settings(), url) as (service, engine):
+    settings = Settings(query_graph_memory=args.graph_memory == "on")
+    async with query_service(settings, url) as (service, engine):
+        if service.graph is not None:
+            out["graph_memory"] = service.graph.report()
         for who, caller in callers.items():
             for mode in modes:
                 passes = [await _timed_pass(service, asked, mode, caller) for _ in range(runs)]
@@ -180,6 +183,12 @@ def main() -> None:
     )
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated (default all)")
     parser.add_argument("--callers", default=",".join(CALLERS), help="operator,restricted")
+    parser.add_argument(
+        "--graph-memory",
+        choices=("on", "off"),
+        default="on",
+        help="local mode walks the held graph (as the API, default) or the database",
+    )
     parser.add_argument("--phase", choices=("recompute", "queries"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
@@ -230,6 +239,7 @@ def run(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
         flags = ["--questions", str(args.questions), "--runs", str(args.runs)]
         flags += ["--no-profile"] if args.no_profile else []
         flags += ["--modes", args.modes, "--callers", args.callers]
+        flags += ["--graph-memory", args.graph_memory]
         report["queries"] = _child([me, *common, *flags, "--phase", "queries"], url, postmaster)
     finally:
         load.append(Path("/proc/loadavg").read_text().split()[:3])

@@ -51,6 +51,7 @@ from services.core.models import build_embedder, build_extractor  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
 from services.eval.metrics import summarise  # noqa: E402
 from services.eval.runner import MODES, run_questions  # noqa: E402
+from services.retrieval.compose import graph_holder  # noqa: E402
 from services.retrieval.service import (  # noqa: E402
     QUERY_CPU_WORKERS,
     QueryService,
@@ -142,17 +143,25 @@ async def query_service(
     settings: Settings, url: str
 ) -> AsyncIterator[tuple[QueryService, AsyncEngine]]:
     """An in-process QueryService as the API builds it (its two model threads, the offline
-    models), on an engine without statement timeouts; disposed on exit."""
+    models, the held graph when KGSTREAM_QUERY_GRAPH_MEMORY is on: built before the first
+    query), on an engine without statement timeouts; disposed on exit."""
     engine = make_engine(url, timeouts=UNBOUNDED)
     client = process_client(settings)
     embedder, extractor = build_embedder(settings, client), build_extractor(settings, client)
+    graph = graph_holder(settings, url) if settings.query_graph_memory else None
     try:
+        if graph is not None:
+            await graph.caught_up()
         with ThreadPoolExecutor(max_workers=QUERY_CPU_WORKERS) as pool:  # the API's
             yield (
-                build_query_service(settings, engine, embedder, extractor, pool, client=client),
+                build_query_service(
+                    settings, engine, embedder, extractor, pool, client=client, graph=graph
+                ),
                 engine,
             )
     finally:
+        if graph is not None:
+            graph.close()
         await engine.dispose()
 
 
