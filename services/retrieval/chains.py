@@ -24,7 +24,7 @@ when the first hop's neighbours outscore it on the question alone."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -105,16 +105,42 @@ class Relevance:
         found = ((i, self.terms.get(c)) for i, c in enumerate(keys))
         return [(i, t) for i, t in found if t]
 
-    def of(self, chain: Chain) -> dict[int, float]:
-        """Passage -> relevance for this chain."""
+    @cached_property
+    def _position(self) -> dict[int, int]:
+        keys, _ = self._passages
+        return {c: i for i, c in enumerate(keys)}
+
+    def of(self, chain: Chain) -> Mapping[int, float]:
+        """Passage -> relevance for this chain (a view on one array: a step looks up only
+        the passages its chains reach, out of every candidate)."""
         if not self.lexical_weight:
-            return dict(self.base)
+            return self.base
         keys, base = self._passages
         left = np.zeros(len(keys))
         for i, terms in self._with_terms:
             left[i] = sum(self.idf.get(t, 0.0) for t in terms - chain.covered)
         total = base + self.lexical_weight * zscores_array(left)
-        return dict(zip(keys, total.tolist(), strict=True))
+        return _ArrayScores(self._position, total)
+
+
+class _ArrayScores(Mapping[int, float]):
+    """Scores held as an array, read by passage id."""
+
+    def __init__(self, position: dict[int, int], values: npt.NDArray[np.float64]) -> None:
+        self._position, self._values = position, values
+
+    def __getitem__(self, passage: int) -> float:
+        return float(self._values[self._position[passage]])
+
+    def get(self, passage: int, default: float | None = None) -> float | None:  # type: ignore[override]
+        at = self._position.get(passage)
+        return default if at is None else float(self._values[at])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._position)
+
+    def __len__(self) -> int:
+        return len(self._position)
 
 
 def starts(
