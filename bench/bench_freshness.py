@@ -14,6 +14,8 @@ process (`kgstream worker indexer` / `worker query-api`, this checkout's code), 
    Polling the API itself for every pending document every 50 ms would cost a core of the
    two the indexer runs on, so the database says when to ask; the time to that first
    successful reply is counted in full.
+   Walkable: the document's last ``graph_changes`` row is in the query API's held graph (its
+   watermark, read from /readyz at each look): local mode walks its passages from then on.
 4. the parts: each event's consumer, batch, compute, queue and write times from the
    indexer's log line (services/indexer/event_times.py), and poll = committed → answerable.
 
@@ -59,6 +61,13 @@ _COMMITTED = text(
     "SELECT event_id, outcome, extract(epoch FROM processed_at),"
     " extract(epoch FROM published_at) FROM processed_events WHERE event_id = ANY(:ids)"
     " AND outcome <> 'pending'"
+)
+
+
+# The last graph change each event made: its passages are walkable from the held graph once the
+# API's held watermark (/readyz ``graph_memory``) has reached it.
+_CHANGED = text(
+    "SELECT event_id, max(id) FROM graph_changes WHERE event_id = ANY(:ids) GROUP BY event_id"
 )
 
 
@@ -140,6 +149,7 @@ def steady(
                             None if pub is None else float(pub),
                         )
                     conn.commit()
+                _walkable(conn, client, docs, seen)
                 for i in sorted(set(committed) - set(ready) - not_applied):
                     if committed[i][0] != "applied":
                         not_applied.add(i)  # skipped or dead-lettered: counted apart
@@ -166,6 +176,33 @@ class Seen:
     ready: dict[int, float] = field(default_factory=dict)
     not_applied: set[int] = field(default_factory=set)
     api_misses: int = 0
+    last_change: dict[int, int] = field(default_factory=dict)  # applied -> its last change id
+    walkable: dict[int, float] = field(default_factory=dict)  # in the API's held graph
+
+
+def _walkable(
+    conn: Any, client: httpx.Client, docs: Sequence[Mapping[str, Any]], seen: Seen
+) -> None:
+    """Mark the applied documents whose last graph change the API's held graph has taken
+    (its watermark from /readyz: no database read in the API)."""
+    applied = [i for i, (outcome, _, _) in seen.committed.items() if outcome == "applied"]
+    unknown = [str(docs[i]["event_id"]) for i in applied if i not in seen.last_change]
+    if unknown:
+        index = {str(docs[i]["event_id"]): i for i in applied}
+        for event_id, last in conn.execute(_CHANGED, {"ids": unknown}):
+            seen.last_change[index[str(event_id)]] = int(last)
+        conn.commit()
+    pending = [i for i in seen.last_change if i not in seen.walkable]
+    if not pending:
+        return
+    reply = client.get("/readyz")
+    held = reply.json().get("graph_memory") if reply.status_code == 200 else None
+    if not held or held.get("watermark") is None:
+        return
+    now = time.time()
+    for i in pending:
+        if held["watermark"] >= seen.last_change[i]:
+            seen.walkable[i] = now
 
 
 def _result(docs: Sequence[Mapping[str, Any]], seen: Seen) -> dict[str, Any]:
@@ -194,6 +231,8 @@ def _result(docs: Sequence[Mapping[str, Any]], seen: Seen) -> dict[str, Any]:
         "api_misses": seen.api_misses,
         "published_to_committed_s": fr.summary(to_commit),
         "published_to_answerable_s": fr.summary(list(total.values())),
+        "published_to_walkable_s": fr.summary([t - published[i] for i, t in seen.walkable.items()]),
+        "walkable": len(seen.walkable),
         "_total": total,
         "_poll": poll,
     }

@@ -265,8 +265,12 @@ async def readyz(request: Request) -> JSONResponse:
     only global mode has nothing to say; /v1/status has the detail and the lag. ``ingest``
     (ok | unavailable, with ``ingest_detail``) says whether the last POST /v1/documents reached
     the broker: while it cannot, ingest answers 503 and queries are still served, so it does
-    not change the status code either."""
+    not change the status code either. ``graph_memory`` is the held graph local mode walks
+    (its ``graph_changes`` watermark, size and age; null when this process walks the
+    database), read from memory."""
     readiness: Readiness = request.app.state.readiness
     code, body = await readiness.answer()
     publisher: DocumentPublisher = request.app.state.publisher
-    return JSONResponse({**body, **publisher.state}, status_code=code)
+    graph = request.app.state.service.graph
+    held = {"graph_memory": graph.report() if graph is not None else None}
+    return JSONResponse({**body, **publisher.state, **held}, status_code=code)

@@ -5,6 +5,7 @@ curations and status, each answered as the API's models; a refusal as ApiError."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,18 @@ def _use(api: Api) -> None:
 
     with Client(api.url, api_key=api.ops_key) as ops:
         assert ops.status()["documents"] == 1
+        # The API holds the walked graph (graph_holder.py) and takes the memo in: then local
+        # mode walks it from memory and finds the memo.
+        deadline = time.monotonic() + 60
+        while not (ops.status()["graph_memory"] or {}).get("watermark"):
+            assert time.monotonic() < deadline, ops.status()["graph_memory"]
+            time.sleep(0.2)
+        held = ops.status()["graph_memory"]
+        assert held["held"] is True
+        assert held["error"] == ""
+        local = ops.query("Which compiler did Grace Hopper's team write?", mode="local")
+        assert local.mode_used == "local"
+        assert local.contexts[0].doc_id == "memo-hopper"
         rule = ops.curate("alias", "Grace Hopper", "Amazing Grace", reason="her nickname")
         assert (rule.kind, rule.created_by.startswith("key:")) == ("alias", True)
         assert ops.curate("alias", "Grace Hopper", "Amazing Grace").id == rule.id  # in force
