@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # The bulk read's bound: a few seconds a million entities (docs/BENCHMARKS.md), ten minutes
 # leaves room for a loaded server without letting a stuck read hold the connection forever.
 HOLDER_STATEMENT_S = 600.0
+# The wait after a refresh, as a multiple of its own time, when that is longer than the
+# configured interval: refreshes then take at most 1 / (1 + 2) of a core.
+REFRESH_SHARE = 2.0
 
 
 class GraphHolder:
@@ -77,6 +80,7 @@ class GraphHolder:
 
     async def _run(self) -> None:
         while True:
+            started = time.monotonic()
             try:
                 await self._step()
             except Exception as exc:  # noqa: BLE001 - queries walk the last state or the database
@@ -84,7 +88,11 @@ class GraphHolder:
                 if error != self.error:
                     log.warning("the held graph could not be refreshed: %s", error)
                 self.error = error
-            await asyncio.sleep(self._refresh_s)
+            # A refresh that takes changes copies the arrays (a few hundred ms at a million
+            # entities: docs/BENCHMARKS.md): waiting REFRESH_SHARE times as long keeps it to
+            # a bounded share of a core, however busy the ingest.
+            took = time.monotonic() - started
+            await asyncio.sleep(max(self._refresh_s, took * REFRESH_SHARE))
 
     async def _step(self) -> MemoryGraph:
         if self._lock is None:

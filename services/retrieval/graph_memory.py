@@ -39,6 +39,12 @@ from services.core.db.snapshots import fetch_packed, graph_snapshot
 Ids = NDArray[np.int64]
 Flags = NDArray[np.bool_]
 
+
+def _unset() -> Ids:
+    """An index not given: computed from the rows (any index of rows has one entry a row)."""
+    return np.zeros(0, dtype=np.int64)
+
+
 _PASSAGE_EDGES_OF = text(
     "SELECT entity_id, chunk_id, bool_or(start_char = -1) FROM mentions"
     " WHERE entity_id = ANY(:ids) GROUP BY entity_id, chunk_id"
@@ -93,8 +99,9 @@ def _ids(values: Sequence[int] | Ids) -> Ids:
 @dataclass(frozen=True)
 class Relationships:
     """Relationships as parallel arrays, sorted by id; a type as its index in ``vocabulary``
-    (int32: an LLM may name many types). ``by_source`` / ``by_target``: the row order by
-    source (by target), for the walk's lookups."""
+    (int32: an LLM may name many types). ``by_source`` / ``by_target``: the rows in source
+    (target) order, and ``source_keys`` / ``target_keys`` the sources (targets) in that order,
+    for the walk's lookups; computed when not given."""
 
     ids: Ids
     sources: Ids
@@ -103,17 +110,28 @@ class Relationships:
     types: NDArray[np.int32]
     weak: Flags
     vocabulary: tuple[str, ...]
-    by_source: Ids = field(init=False, repr=False, compare=False)
-    by_target: Ids = field(init=False, repr=False, compare=False)
+    by_source: Ids = field(default_factory=_unset, repr=False, compare=False)
+    source_keys: Ids = field(default_factory=_unset, repr=False, compare=False)
+    by_target: Ids = field(default_factory=_unset, repr=False, compare=False)
+    target_keys: Ids = field(default_factory=_unset, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "by_source", np.argsort(self.sources, kind="stable"))
-        object.__setattr__(self, "by_target", np.argsort(self.targets, kind="stable"))
+        if len(self.by_source) != len(self.ids):
+            order = np.argsort(self.sources, kind="stable")
+            object.__setattr__(self, "by_source", order)
+            object.__setattr__(self, "source_keys", self.sources[order])
+        if len(self.by_target) != len(self.ids):
+            order = np.argsort(self.targets, kind="stable")
+            object.__setattr__(self, "by_target", order)
+            object.__setattr__(self, "target_keys", self.targets[order])
 
     @classmethod
-    def of(cls, rows: Sequence[Any]) -> Relationships:
+    def of(cls, rows: Sequence[Any], vocabulary: tuple[str, ...] = ()) -> Relationships:
+        """From (id, source, target, weight, type, weak) rows; types coded in ``vocabulary``
+        extended by the names it lacks."""
         rows = sorted(rows, key=lambda r: int(r[0]))
-        vocabulary = tuple(sorted({str(r[4]) for r in rows}))
+        extra = sorted({str(r[4]) for r in rows} - set(vocabulary))
+        vocabulary = (*vocabulary, *extra)
         code = {t: i for i, t in enumerate(vocabulary)}
         return cls(
             _ids([int(r[0]) for r in rows]),
@@ -127,86 +145,178 @@ class Relationships:
 
     def sorted_by_id(self) -> Relationships:
         order = np.argsort(self.ids, kind="stable")
-        return self._rows(order)
-
-    def without(self, ids: Ids) -> Relationships:
-        return self._rows(~np.isin(self.ids, ids))
-
-    def _rows(self, which: NDArray[Any]) -> Relationships:
         return Relationships(
-            self.ids[which],
-            self.sources[which],
-            self.targets[which],
-            self.weights[which],
-            self.types[which],
-            self.weak[which],
+            self.ids[order],
+            self.sources[order],
+            self.targets[order],
+            self.weights[order],
+            self.types[order],
+            self.weak[order],
             self.vocabulary,
         )
 
-    def merged(self, other: Relationships) -> Relationships:
-        """Both sets of rows, sorted by id; ``other``'s types recoded into this vocabulary
-        (extended by the types it did not have)."""
-        extra = tuple(t for t in other.vocabulary if t not in self.vocabulary)
-        vocabulary = self.vocabulary + extra
-        code = {t: i for i, t in enumerate(vocabulary)}
-        recode = np.array([code[t] for t in other.vocabulary], dtype=np.int32)
-        types = recode[other.types] if other.types.size else other.types
+    def replaced(self, changed: Ids, rows: Sequence[Any]) -> Relationships:
+        """The rows of ``changed`` ids (sorted, distinct) replaced by ``rows`` (what the
+        database now holds of them; a removed relationship has none), in time linear in the
+        rows held: no sort of what did not change."""
+        fresh = Relationships.of(rows, self.vocabulary)
+        at = np.searchsorted(self.ids, changed)
+        inside = at < len(self.ids)
+        deleted = at[inside][self.ids[at[inside]] == changed[inside]]
+        kept_ids = np.delete(self.ids, deleted)
+        inserted_at = np.searchsorted(kept_ids, fresh.ids)
+        ids = np.insert(kept_ids, inserted_at, fresh.ids)
+        change = {"deleted": deleted, "inserted_at": inserted_at}
+        by_source, source_keys = _reordered(
+            self.by_source,
+            self.source_keys,
+            deleted_keys=self.sources[deleted],
+            inserted_keys=fresh.sources,
+            **change,
+        )
+        by_target, target_keys = _reordered(
+            self.by_target,
+            self.target_keys,
+            deleted_keys=self.targets[deleted],
+            inserted_keys=fresh.targets,
+            **change,
+        )
         return Relationships(
-            np.concatenate([self.ids, other.ids]),
-            np.concatenate([self.sources, other.sources]),
-            np.concatenate([self.targets, other.targets]),
-            np.concatenate([self.weights, other.weights]),
-            np.concatenate([self.types, types]),
-            np.concatenate([self.weak, other.weak]),
-            vocabulary,
-        ).sorted_by_id()
+            ids,
+            _patched(self.sources, deleted, inserted_at, fresh.sources),
+            _patched(self.targets, deleted, inserted_at, fresh.targets),
+            _patched(self.weights, deleted, inserted_at, fresh.weights),
+            _patched(self.types, deleted, inserted_at, fresh.types),
+            _patched(self.weak, deleted, inserted_at, fresh.weak),
+            fresh.vocabulary,
+            by_source,
+            source_keys,
+            by_target,
+            target_keys,
+        )
 
     def type_names(self) -> list[str]:
         return [self.vocabulary[int(c)] for c in self.types]
 
     def touching(self, entities: Ids) -> Ids:
         """Rows (positions) whose source or target is one of ``entities``, each once, sorted."""
-        out = [_matching(self.sources, self.by_source, entities)]
-        out.append(_matching(self.targets, self.by_target, entities))
+        out = [_matching(self.source_keys, self.by_source, entities)]
+        out.append(_matching(self.target_keys, self.by_target, entities))
         return np.unique(np.concatenate(out))
+
+    def indexes_hold(self) -> bool:
+        """Whether both orders are permutations of the rows in key order (tests)."""
+        sources = _is_order(self.by_source, self.sources, self.source_keys)
+        return sources and _is_order(self.by_target, self.targets, self.target_keys)
 
     @property
     def nbytes(self) -> int:
         arrays = (self.ids, self.sources, self.targets, self.weights, self.types, self.weak)
-        index = self.by_source.nbytes + self.by_target.nbytes
+        index = sum(a.nbytes for a in (self.by_source, self.source_keys))
+        index += sum(a.nbytes for a in (self.by_target, self.target_keys))
         return sum(a.nbytes for a in arrays) + index + sum(len(t) for t in self.vocabulary)
 
 
-def _matching(keys: Ids, order: Ids, wanted: Ids) -> Ids:
-    """Positions of the rows whose key (``keys``, sorted through ``order``) is in ``wanted``."""
-    sorted_keys = keys[order]
+def _patched(
+    values: NDArray[Any], deleted: Ids, inserted_at: Ids, inserted: NDArray[Any]
+) -> NDArray[Any]:
+    """``values`` without the rows at ``deleted``, with ``inserted`` put before the kept rows at
+    ``inserted_at`` (nondecreasing positions among the kept rows, as np.insert takes them)."""
+    return np.insert(np.delete(values, deleted), inserted_at, inserted)
+
+
+def _matching(sorted_keys: Ids, order: Ids, wanted: Ids) -> Ids:
+    """Positions of the rows whose key is in ``wanted`` (distinct), through an order of the
+    rows by key and the keys in that order."""
     lo = np.searchsorted(sorted_keys, wanted, side="left")
     hi = np.searchsorted(sorted_keys, wanted, side="right")
-    if not len(lo):
-        return np.zeros(0, dtype=np.int64)
-    spans = [order[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True) if b > a]
-    return np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64)
+    return order[_spans(lo, hi)]
+
+
+def _reordered(
+    order: Ids,
+    sorted_keys: Ids,
+    *,
+    deleted: Ids,
+    deleted_keys: Ids,
+    inserted_at: Ids,
+    inserted_keys: Ids,
+) -> tuple[Ids, Ids]:
+    """An order of the rows by key and the keys in that order, kept through a change that
+    deleted the rows at ``deleted`` (old positions, sorted; their keys ``deleted_keys``) and
+    inserted rows with ``inserted_keys`` at ``inserted_at`` (as np.insert takes them): the
+    deleted rows found by their keys, the kept rows' positions moved, the new rows placed
+    among them by key (ties after). Linear copies only: no gather of the whole order."""
+    lo = np.searchsorted(sorted_keys, np.unique(deleted_keys), side="left")
+    hi = np.searchsorted(sorted_keys, np.unique(deleted_keys), side="right")
+    candidates = _spans(lo, hi)
+    at = candidates[np.isin(order[candidates], deleted)]
+    kept, keys = np.delete(order, at), np.delete(sorted_keys, at)
+    if deleted.size:
+        kept = kept - np.searchsorted(deleted, kept)  # positions after the deletion
+    if inserted_at.size:
+        kept = kept + np.searchsorted(inserted_at, kept, side="right")  # after the insertion
+    new_rows = inserted_at + np.arange(len(inserted_at), dtype=np.int64)
+    by_key = np.argsort(inserted_keys, kind="stable")
+    spots = np.searchsorted(keys, inserted_keys[by_key], side="right")
+    return np.insert(kept, spots, new_rows[by_key]), np.insert(keys, spots, inserted_keys[by_key])
+
+
+def _is_order(order: Ids, keys: NDArray[Any], sorted_keys: Ids) -> bool:
+    """Whether ``order`` is a permutation of the rows that sorts ``keys`` and ``sorted_keys``
+    are the keys in that order."""
+    every = len(order) == len(keys) and np.array_equal(np.sort(order), np.arange(len(keys)))
+    ordered = every and np.array_equal(keys[order], sorted_keys)
+    return bool(ordered and np.all(np.diff(sorted_keys) >= 0))
 
 
 @dataclass(frozen=True)
 class PassageEdges:
     """(entity, chunk) pairs with their title flag, sorted by entity then chunk; ``by_chunk``
-    holds the positions in chunk-then-entity order."""
+    holds the positions in chunk order (ties in any order: the walk reads a passage's edges as
+    a set) and ``chunk_keys`` the chunks in that order; computed when not given."""
 
     entities: Ids
     chunks: Ids
     topics: Flags
-    by_chunk: Ids = field(init=False, repr=False, compare=False)
-    chunk_keys: Ids = field(init=False, repr=False, compare=False)
+    by_chunk: Ids = field(default_factory=_unset, repr=False, compare=False)
+    chunk_keys: Ids = field(default_factory=_unset, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "by_chunk", np.lexsort((self.entities, self.chunks)))
-        object.__setattr__(self, "chunk_keys", self.chunks[self.by_chunk])
+        if len(self.by_chunk) != len(self.entities):
+            object.__setattr__(self, "by_chunk", np.lexsort((self.entities, self.chunks)))
+        if len(self.chunk_keys) != len(self.entities):
+            object.__setattr__(self, "chunk_keys", self.chunks[self.by_chunk])
 
     @classmethod
     def sorted_of(cls, entities: Ids, chunks: Ids, topics: Flags) -> PassageEdges:
         order = np.lexsort((chunks, entities))
         return cls(entities[order], chunks[order], topics[order])
+
+    def replaced(self, changed: Ids, rows: Sequence[Any]) -> PassageEdges:
+        """The edges of ``changed`` entities (sorted, distinct) replaced by ``rows`` (their
+        edges now), in time linear in the edges held: no sort of what did not change."""
+        new_entities, new_chunks, new_topics = _edge_rows(rows)
+        order = np.lexsort((new_chunks, new_entities))
+        new_entities, new_chunks = new_entities[order], new_chunks[order]
+        deleted = self.of_entities(changed)
+        kept_entities = np.delete(self.entities, deleted)
+        inserted_at = np.searchsorted(kept_entities, new_entities)
+        by_chunk, chunk_keys = _reordered(
+            self.by_chunk,
+            self.chunk_keys,
+            deleted=deleted,
+            deleted_keys=self.chunks[deleted],
+            inserted_at=inserted_at,
+            inserted_keys=new_chunks,
+        )
+        return PassageEdges(
+            np.insert(kept_entities, inserted_at, new_entities),
+            _patched(self.chunks, deleted, inserted_at, new_chunks),
+            _patched(self.topics, deleted, inserted_at, new_topics[order]),
+            by_chunk,
+            chunk_keys,
+        )
 
     def of_entities(self, entities: Ids) -> Ids:
         """Positions of the edges of these entities (sorted, each once)."""
@@ -219,6 +329,10 @@ class PassageEdges:
         lo = np.searchsorted(self.chunk_keys, chunks, side="left")
         hi = np.searchsorted(self.chunk_keys, chunks, side="right")
         return self.by_chunk[_spans(lo, hi)]
+
+    def index_holds(self) -> bool:
+        """Whether ``by_chunk`` orders the edges by chunk and ``chunk_keys`` follows it (tests)."""
+        return _is_order(self.by_chunk, self.chunks, self.chunk_keys)
 
     @property
     def nbytes(self) -> int:
@@ -254,13 +368,20 @@ class EntityCounts:
         return entities[found], self.mentions[at[found]]
 
     def replaced(self, changed: Ids, rows: Sequence[Any]) -> EntityCounts:
-        keep = ~np.isin(self.ids, changed)
-        ids = np.concatenate([self.ids[keep], _ids([int(r[0]) for r in rows])])
-        counts = np.concatenate(
-            [self.mentions[keep], np.array([int(r[1]) for r in rows], dtype=np.int32)]
+        """The counts of ``changed`` entities (sorted, distinct) replaced by ``rows`` (id,
+        count; a removed entity has none)."""
+        fresh = sorted((int(r[0]), int(r[1])) for r in rows)
+        new_ids = _ids([i for i, _ in fresh])
+        at = np.searchsorted(self.ids, changed)
+        inside = at < len(self.ids)
+        deleted = at[inside][self.ids[at[inside]] == changed[inside]]
+        kept = np.delete(self.ids, deleted)
+        inserted_at = np.searchsorted(kept, new_ids)
+        counts = np.array([n for _, n in fresh], dtype=np.int32)
+        return EntityCounts(
+            np.insert(kept, inserted_at, new_ids),
+            _patched(self.mentions, deleted, inserted_at, counts),
         )
-        order = np.argsort(ids, kind="stable")
-        return EntityCounts(ids[order], counts[order])
 
 
 @dataclass(frozen=True)
@@ -307,6 +428,7 @@ class MemoryGraph:
                     strict=True,
                 )
             ),
+            "indexes_hold": [(e.index_holds(), r.indexes_hold())],
             "relationships": [
                 (i, s, t, w, k, weak)
                 for i, s, t, w, k, weak in zip(
@@ -378,21 +500,13 @@ async def refresh(engine: AsyncEngine, held: MemoryGraph) -> MemoryGraph:
         changed_edges = _ids(sorted({int(r[1]) for r in rows if r[0] == "edge"}))
         edges, counts = held.edges, held.entity_counts
         if nodes.size:
-            keep = ~np.isin(edges.entities, nodes)
             fresh = await conn.execute(_PASSAGE_EDGES_OF, {"ids": nodes.tolist()})
-            new_entities, new_chunks, new_topics = _edge_rows(fresh.all())
-            edges = PassageEdges.sorted_of(
-                np.concatenate([edges.entities[keep], new_entities]),
-                np.concatenate([edges.chunks[keep], new_chunks]),
-                np.concatenate([edges.topics[keep], new_topics]),
-            )
+            edges = edges.replaced(nodes, fresh.all())
             rows_of = (await conn.execute(_ENTITIES_OF, {"ids": nodes.tolist()})).all()
             counts = counts.replaced(nodes, rows_of)
         relationships = held.relationships
         if changed_edges.size:
             ids = {"ids": changed_edges.tolist()}
             fresh_rels = (await conn.execute(_RELATIONSHIPS_OF, ids)).all()
-            relationships = relationships.without(changed_edges).merged(
-                Relationships.of(fresh_rels)
-            )
+            relationships = relationships.replaced(changed_edges, fresh_rels)
         return MemoryGraph(watermark, edges, counts, relationships)
