@@ -1,7 +1,8 @@
 """Where local mode's time goes on a bulk-built home (issue 32, step 3): for each generated
 question, as the operator, the statements it sends to the database (round trips, counted by
-a SQLAlchemy cursor event, grouped by the module that sent them) and the time spent in them,
-against the whole query; with the walked graph held in memory and without.
+a SQLAlchemy cursor event, grouped by the function that sent them) and the time spent in them,
+against the whole query; with the walked graph held in memory and without, each after an
+untimed warm-up pass over the same questions.
 
     flock /tmp/kg-heavy.lock .venv/bin/python bench/local_round_trips.py \
         --home /var/tmp/kg-bulk-38k --documents 38000 --questions 60 [--profile 15]
@@ -12,6 +13,7 @@ most time of their own."""
 from __future__ import annotations
 
 import cProfile
+import inspect
 import io
 import pstats
 import statistics
@@ -32,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.settings import Settings
+from services.retrieval import chain_search, chains, local, neighbourhood, ranking
 from services.retrieval.schemas import QueryRequest
 
 K = 20  # the scale benches' k
@@ -79,24 +82,69 @@ class Statements:
         self.seconds += time.perf_counter() - self._started
 
 
+# Parts of local mode timed by wrapping them (wall time, summed per question): the walk's
+# neighbourhood, the PPR, the fusion, the chains (their statements included).
+TIMED = {
+    "neighbourhood.around": (neighbourhood, "around"),
+    "local.graph_scores (PPR)": (local, "graph_scores"),
+    "chain_search.follow_chains": (chain_search, "follow_chains"),
+    "chains.step": (chains, "step"),
+    "ranking.fuse": (ranking, "fuse"),
+}
+
+
+def _timed(spent: dict[str, float]) -> None:
+    for name, (module, attr) in TIMED.items():
+        real = getattr(module, attr)
+        if inspect.iscoroutinefunction(real):
+
+            async def wrapped(*a: Any, _r: Any = real, _n: str = name, **k: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return await _r(*a, **k)
+                finally:
+                    spent[_n] += time.perf_counter() - t0
+
+        else:
+
+            def wrapped(*a: Any, _r: Any = real, _n: str = name, **k: Any) -> Any:  # type: ignore[misc]
+                t0 = time.perf_counter()
+                try:
+                    return _r(*a, **k)
+                finally:
+                    spent[_n] += time.perf_counter() - t0
+
+        setattr(module, attr, wrapped)
+        for user in (local, chain_search):  # the names they imported
+            if getattr(user, attr, None) is real:
+                setattr(user, attr, wrapped)
+
+
 async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    spent: dict[str, float] = defaultdict(float)
+    _timed(spent)
     for held in (True, False):
         settings = Settings(query_graph_memory=held)
         async with query_service(settings, url) as (service, engine):
             counter = Statements()
             counter.attach(engine)
-            first = QueryRequest(question=asked[0]["question"], mode="local", k=K)
-            await service.query(first, Caller.operator())  # warm-up
+            for q in asked:  # a warm-up pass: both configurations read warm buffers
+                req = QueryRequest(question=q["question"], mode="local", k=K)
+                await service.query(req, Caller.operator())
             per_query, totals, sql = [], [], []
+            parts: dict[str, list[float]] = defaultdict(list)  # the response's own timings
             counter.by_function.clear()
             counter.ms_by_function.clear()
+            spent.clear()
             for q in asked:
                 req = QueryRequest(question=q["question"], mode="local", k=K)
                 n0, s0 = counter.count, counter.seconds
                 t0 = time.perf_counter()
-                await service.query(req, Caller.operator())
+                resp = await service.query(req, Caller.operator())
                 totals.append((time.perf_counter() - t0) * 1000)
+                for part, ms in resp.timings.items():
+                    parts[part].append(ms)
                 per_query.append(counter.count - n0)
                 sql.append((counter.seconds - s0) * 1000)
             n = len(asked)
@@ -105,6 +153,10 @@ async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str
                 "statements_max": max(per_query),
                 "total_ms_median": round(statistics.median(totals), 1),
                 "sql_ms_median": round(statistics.median(sql), 1),
+                "timings_median": {p: round(statistics.median(v), 1) for p, v in parts.items()},
+                "parts_ms_per_query": {
+                    p: round(v * 1000 / len(asked), 1) for p, v in spent.items()
+                },
                 "statements_by_function_per_query": {
                     m: round(c / n, 2) for m, c in counter.by_function.most_common()
                 },

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
@@ -24,13 +25,16 @@ from services.retrieval.visibility import VISIBLE_DOC_IDS, Filtered
 # What a step needs of the passages it reached, in one statement (three had cost a round trip
 # each, nine steps a question): the question's cosine (fusion), which of the question's terms
 # each contains (relevance) and the entities it is about.
+_ABOUT = "ARRAY(SELECT m.entity_id FROM mentions m WHERE m.chunk_id = c.id AND m.start_char = -1)"
 _REACHED = (
-    "SELECT c.id, 1 - (c.embedding <=> CAST(:q AS vector)), "  # noqa: S608 - constants
-    + TERMS_OF_CHUNK
-    + ", ARRAY(SELECT m.entity_id FROM mentions m WHERE m.chunk_id = c.id AND m.start_char = -1)"
+    "SELECT c.id, 1 - (c.embedding <=> CAST(:q AS vector)), {terms}, {about}"
     " FROM chunks c WHERE c.id = ANY(:ids)"
 )
-_REACHED_FACTS = Filtered.of(_REACHED, _REACHED + " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")")
+_VISIBLE = " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")"
+_WITH_ABOUT = _REACHED.format(terms=TERMS_OF_CHUNK, about=_ABOUT)
+_REACHED_FACTS = Filtered.of(_WITH_ABOUT, _WITH_ABOUT + _VISIBLE)
+# The same without the title entities, for a walk that holds them (graph_walk.py).
+_REACHED_NO_ABOUT = text(_REACHED.format(terms=TERMS_OF_CHUNK, about="'{}'::bigint[]"))
 
 
 @dataclass(frozen=True)
@@ -49,16 +53,21 @@ async def reached_facts(
     asked: Sequence[str],
     embedding: Sequence[float],
     caller: Caller,
+    *,
+    reads: GraphReads | None = None,
 ) -> Reached:
     """Reached for these passages (a passage the caller may not see has no terms and is
-    about nothing)."""
+    about nothing); their title entities from ``reads`` when it holds them in memory (for a
+    caller who sees everything), else in the same statement."""
     out = Reached({}, dict.fromkeys(chunks, frozenset()), [])
     if not chunks:
         return out
     values = {"q": vector_literal(embedding), "lex": list(asked), "ids": list(chunks)}
-    for chunk, cosine, terms, about in (
-        await conn.execute(*_REACHED_FACTS.bind(caller, values))
-    ).all():
+    held = reads is not None and reads.holds_topics and caller.unfiltered
+    statement = (_REACHED_NO_ABOUT, values) if held else _REACHED_FACTS.bind(caller, values)
+    if held and reads is not None:
+        out.about.extend(await reads.about(chunks))
+    for chunk, cosine, terms, about in (await conn.execute(*statement)).all():
         out.cosine[int(chunk)] = float(cosine)
         out.terms[int(chunk)] = frozenset(terms)
         out.about.extend((int(chunk), int(e)) for e in about)
@@ -106,7 +115,7 @@ async def follow_chains(
         links.add(await graph.bridge_step(lasts, used))
         fetched.update(lasts)
         fresh = sorted(chains.reachable(beam, links) - terms.keys())
-        reached = await reached_facts(conn, fresh, asked, embedding, caller)
+        reached = await reached_facts(conn, fresh, asked, embedding, caller, reads=graph)
         terms |= reached.terms
         links.add_about(reached.about)
         relevance = chains.Relevance(await base(reached.cosine), idf, lexical_weight, terms)

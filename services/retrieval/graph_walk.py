@@ -39,6 +39,8 @@ def _pairs(entities: Ids, chunks: Ids) -> list[tuple[int, int]]:
 class MemoryGraphReads:
     """neighbourhood.GraphReads on one held state (``graph``); ``conn`` only for what is shown."""
 
+    holds_topics = True
+
     def __init__(self, graph: MemoryGraph, conn: AsyncConnection) -> None:
         self.graph, self._conn = graph, conn
 

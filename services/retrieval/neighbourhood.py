@@ -149,6 +149,8 @@ class GraphReads(Protocol):
     """What local mode reads of the graph: from the database for any caller (``DbGraphReads``)
     or from the graph held in memory for an unfiltered one (graph_walk.py)."""
 
+    holds_topics: bool  # ``about`` costs no round trip: statements need not read it too
+
     async def relations(
         self, seeds: Sequence[int], hide_weak: bool, limit: int
     ) -> tuple[list[Relation], list[int]]:
@@ -193,6 +195,8 @@ _TOPICS = text(
 
 class DbGraphReads:
     """GraphReads by the statements of this module, as the caller may see."""
+
+    holds_topics = False
 
     def __init__(self, conn: AsyncConnection, caller: Caller) -> None:
         self._conn, self._caller = conn, caller
