@@ -77,9 +77,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_query_api(stack: Stack, port: int) -> tuple[subprocess.Popen[bytes], httpx.Client]:
+def start_query_api(
+    stack: Stack, port: int, extra: Mapping[str, str]
+) -> tuple[subprocess.Popen[bytes], httpx.Client]:
     """The query API on 127.0.0.1:port (loopback: no keys needed), ready to answer."""
-    env = {**stack.env, "KGSTREAM_API_PORT": str(port), "KGSTREAM_LOG_LEVEL": "WARNING"}
+    env = {**stack.env, "KGSTREAM_API_PORT": str(port), "KGSTREAM_LOG_LEVEL": "WARNING", **extra}
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "worker", "query-api"], env=env, cwd=ROOT
     )
@@ -263,6 +265,9 @@ def main() -> None:
     parser.add_argument(
         "--worker-env", action="append", default=[], metavar="KEY=VALUE", help="for the indexer"
     )
+    parser.add_argument(
+        "--api-env", action="append", default=[], metavar="KEY=VALUE", help="for the query API"
+    )
     args = parser.parse_args()
     burst = args.burst or (48 if args.quick else 200)
     seconds = args.seconds or (30.0 if args.quick else 120.0)
@@ -270,12 +275,13 @@ def main() -> None:
     lines = args.events.read_text(encoding="utf-8").splitlines()
     events = [e for e in (json.loads(x) for x in lines if x.strip()) if e["type"] == "upsert"]
     extra = dict(kv.split("=", 1) for kv in args.worker_env)
+    api_env = dict(kv.split("=", 1) for kv in args.api_env)
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     env = {"KGSTREAM_LOG_LEVEL": "INFO", "KGSTREAM_LOG_FORMAT": "json", **extra}
     with tempfile.TemporaryDirectory(prefix="kg-freshness-") as tmp:
         log = Path(tmp) / "indexer.log"
         with indexer_stack(env=env, worker_log=log) as stack:
-            api, client = start_query_api(stack, free_port())
+            api, client = start_query_api(stack, free_port(), api_env)
             try:
                 stack.warm_up(events[0])
                 bursts = [fr.marked(e, i, "burst") for i, e in enumerate(fr.cycle(events, burst))]
@@ -300,6 +306,7 @@ def main() -> None:
         "loadavg_before": load_before,
         "loadavg_after": Path("/proc/loadavg").read_text().split()[:3],
         "worker_env": extra,
+        "api_env": api_env,
         "max_rate": peak,
         "rate": rate,
         "target": {"p50_s": 1.0, "p99_s": 3.0},

@@ -38,11 +38,18 @@ from services.core.db.snapshots import fetch_packed, graph_snapshot
 
 Ids = NDArray[np.int64]
 Flags = NDArray[np.bool_]
+# Positions of rows in an order: int32 (4 bytes a row; 2^31 rows is past any one process's
+# memory for these arrays).
+Positions = NDArray[np.int32]
 
 
-def _unset() -> Ids:
+def _unset() -> NDArray[Any]:
     """An index not given: computed from the rows (any index of rows has one entry a row)."""
     return np.zeros(0, dtype=np.int64)
+
+
+def _positions(order: NDArray[Any]) -> Positions:
+    return order.astype(np.int32, copy=False)
 
 
 _PASSAGE_EDGES_OF = text(
@@ -110,18 +117,18 @@ class Relationships:
     types: NDArray[np.int32]
     weak: Flags
     vocabulary: tuple[str, ...]
-    by_source: Ids = field(default_factory=_unset, repr=False, compare=False)
+    by_source: Positions = field(default_factory=_unset, repr=False, compare=False)
     source_keys: Ids = field(default_factory=_unset, repr=False, compare=False)
-    by_target: Ids = field(default_factory=_unset, repr=False, compare=False)
+    by_target: Positions = field(default_factory=_unset, repr=False, compare=False)
     target_keys: Ids = field(default_factory=_unset, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.by_source) != len(self.ids):
-            order = np.argsort(self.sources, kind="stable")
+            order = _positions(np.argsort(self.sources, kind="stable"))
             object.__setattr__(self, "by_source", order)
             object.__setattr__(self, "source_keys", self.sources[order])
         if len(self.by_target) != len(self.ids):
-            order = np.argsort(self.targets, kind="stable")
+            order = _positions(np.argsort(self.targets, kind="stable"))
             object.__setattr__(self, "by_target", order)
             object.__setattr__(self, "target_keys", self.targets[order])
 
@@ -198,7 +205,7 @@ class Relationships:
     def type_names(self) -> list[str]:
         return [self.vocabulary[int(c)] for c in self.types]
 
-    def touching(self, entities: Ids) -> Ids:
+    def touching(self, entities: Ids) -> NDArray[Any]:
         """Rows (positions) whose source or target is one of ``entities``, each once, sorted."""
         out = [_matching(self.source_keys, self.by_source, entities)]
         out.append(_matching(self.target_keys, self.by_target, entities))
@@ -225,7 +232,7 @@ def _patched(
     return np.insert(np.delete(values, deleted), inserted_at, inserted)
 
 
-def _matching(sorted_keys: Ids, order: Ids, wanted: Ids) -> Ids:
+def _matching(sorted_keys: Ids, order: Positions, wanted: Ids) -> NDArray[Any]:
     """Positions of the rows whose key is in ``wanted`` (distinct), through an order of the
     rows by key and the keys in that order."""
     lo = np.searchsorted(sorted_keys, wanted, side="left")
@@ -234,14 +241,14 @@ def _matching(sorted_keys: Ids, order: Ids, wanted: Ids) -> Ids:
 
 
 def _reordered(
-    order: Ids,
+    order: Positions,
     sorted_keys: Ids,
     *,
     deleted: Ids,
     deleted_keys: Ids,
     inserted_at: Ids,
     inserted_keys: Ids,
-) -> tuple[Ids, Ids]:
+) -> tuple[Positions, Ids]:
     """An order of the rows by key and the keys in that order, kept through a change that
     deleted the rows at ``deleted`` (old positions, sorted; their keys ``deleted_keys``) and
     inserted rows with ``inserted_keys`` at ``inserted_at`` (as np.insert takes them): the
@@ -259,10 +266,11 @@ def _reordered(
     new_rows = inserted_at + np.arange(len(inserted_at), dtype=np.int64)
     by_key = np.argsort(inserted_keys, kind="stable")
     spots = np.searchsorted(keys, inserted_keys[by_key], side="right")
-    return np.insert(kept, spots, new_rows[by_key]), np.insert(keys, spots, inserted_keys[by_key])
+    order = _positions(np.insert(kept, spots, new_rows[by_key]))
+    return order, np.insert(keys, spots, inserted_keys[by_key])
 
 
-def _is_order(order: Ids, keys: NDArray[Any], sorted_keys: Ids) -> bool:
+def _is_order(order: Positions, keys: NDArray[Any], sorted_keys: Ids) -> bool:
     """Whether ``order`` is a permutation of the rows that sorts ``keys`` and ``sorted_keys``
     are the keys in that order."""
     every = len(order) == len(keys) and np.array_equal(np.sort(order), np.arange(len(keys)))
@@ -279,12 +287,13 @@ class PassageEdges:
     entities: Ids
     chunks: Ids
     topics: Flags
-    by_chunk: Ids = field(default_factory=_unset, repr=False, compare=False)
+    by_chunk: Positions = field(default_factory=_unset, repr=False, compare=False)
     chunk_keys: Ids = field(default_factory=_unset, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.by_chunk) != len(self.entities):
-            object.__setattr__(self, "by_chunk", np.lexsort((self.entities, self.chunks)))
+            order = _positions(np.lexsort((self.entities, self.chunks)))
+            object.__setattr__(self, "by_chunk", order)
         if len(self.chunk_keys) != len(self.entities):
             object.__setattr__(self, "chunk_keys", self.chunks[self.by_chunk])
 
@@ -324,7 +333,7 @@ class PassageEdges:
         hi = np.searchsorted(self.entities, entities, side="right")
         return _spans(lo, hi)
 
-    def of_chunks(self, chunks: Ids) -> Ids:
+    def of_chunks(self, chunks: Ids) -> Positions:
         """Positions (in entity order) of the edges of these chunks."""
         lo = np.searchsorted(self.chunk_keys, chunks, side="left")
         hi = np.searchsorted(self.chunk_keys, chunks, side="right")
