@@ -69,7 +69,7 @@ async def _measure(url: str, runs: int) -> dict[str, Any]:
                                     " AND doc_id = 'bench-graph-memory'"))  # fmt: skip
         return {
             "entities": entities,
-            "passage_edges": int(held.entities.size),
+            "passage_edges": int(held.edges.entities.size),
             "relationships": int(held.relationships.ids.size),
             "build_s": round(statistics.median(builds), 2),
             "refresh_unchanged_ms": round(statistics.median(refreshes) * 1000, 1),

@@ -39,6 +39,7 @@ from services.retrieval.entities import entity_detail, search_entities
 from services.retrieval.errors import Invalid, NotFound
 from services.retrieval.fact_times import Window, read_facts
 from services.retrieval.global_mode import list_communities
+from services.retrieval.graph_holder import report_of
 from services.retrieval.paths import find_routes
 from services.retrieval.schemas import (
     MAX_HOPS,
@@ -227,8 +228,7 @@ class Operations:
         )
         reads = self.service.reads
         doc["replicas"] = reads.report() if reads is not None else []
-        graph = self.service.graph
-        doc["graph_memory"] = graph.report() if graph is not None else None
+        doc["graph_memory"] = report_of(self.service.graph)
         return doc
 
     async def _publish(self, events: list[dict[str, Any]]) -> IngestAccepted:

@@ -21,6 +21,7 @@ from services.query_api.readiness import Readiness
 from services.retrieval.documents import DocumentRead
 from services.retrieval.fact_times import MAX_FACTS
 from services.retrieval.filters import Filters, scoped
+from services.retrieval.graph_holder import report_of
 from services.retrieval.monitoring import FeedbackLedger, parse_query_id
 from services.retrieval.schemas import (
     MAX_HOPS,
@@ -271,6 +272,5 @@ async def readyz(request: Request) -> JSONResponse:
     readiness: Readiness = request.app.state.readiness
     code, body = await readiness.answer()
     publisher: DocumentPublisher = request.app.state.publisher
-    graph = request.app.state.service.graph
-    held = {"graph_memory": graph.report() if graph is not None else None}
+    held = {"graph_memory": report_of(request.app.state.service.graph)}
     return JSONResponse({**body, **publisher.state, **held}, status_code=code)

@@ -54,19 +54,24 @@ async def reached_facts(
     embedding: Sequence[float],
     caller: Caller,
     *,
-    reads: GraphReads | None = None,
+    reads: GraphReads,
 ) -> Reached:
     """Reached for these passages (a passage the caller may not see has no terms and is
-    about nothing); their title entities from ``reads`` when it holds them in memory (for a
-    caller who sees everything), else in the same statement."""
+    about nothing); their title entities from ``reads`` when it holds them in memory (it
+    does only for a caller who sees everything), else in the same statement."""
     out = Reached({}, dict.fromkeys(chunks, frozenset()), [])
     if not chunks:
         return out
-    values = {"q": vector_literal(embedding), "lex": list(asked), "ids": list(chunks)}
-    held = reads is not None and reads.holds_topics and caller.unfiltered
-    statement = (_REACHED_NO_ABOUT, values) if held else _REACHED_FACTS.bind(caller, values)
-    if held and reads is not None:
+    values: dict[str, object] = {
+        "q": vector_literal(embedding),
+        "lex": list(asked),
+        "ids": list(chunks),
+    }
+    if reads.holds_topics:
+        statement = (_REACHED_NO_ABOUT, values)
         out.about.extend(await reads.about(chunks))
+    else:
+        statement = _REACHED_FACTS.bind(caller, values)
     for chunk, cosine, terms, about in (await conn.execute(*statement)).all():
         out.cosine[int(chunk)] = float(cosine)
         out.terms[int(chunk)] = frozenset(terms)

@@ -52,42 +52,35 @@ _EMBEDDING_HEAD = (
     " WHERE snapshot_id = :s AND embedding IS NOT NULL AND " + _AT_LEVEL + _KEPT
 )
 _EMBEDDING_ORDER = " ORDER BY embedding <=> CAST(:q AS vector), id LIMIT :n"
-_BY_EMBEDDING = Filtered.of(
-    _EMBEDDING_HEAD + _EMBEDDING_ORDER,
-    _EMBEDDING_HEAD + _SHOWN + _EMBEDDING_ORDER,
-    _EMBEDDING_HEAD + _SHOWN_TO_ALL + _EMBEDDING_ORDER,
-    scoped=False,
-)
+
+
+def _shown(head: str, tail: str = "") -> Filtered:
+    """A read of communities in its three forms: the operator's, a restricted caller's and a
+    whole-corpus caller's (their visibility between ``head`` and ``tail``)."""
+    return Filtered.of(head + tail, head + _SHOWN + tail, head + _SHOWN_TO_ALL + tail, scoped=False)
+
+
+_BY_EMBEDDING = _shown(_EMBEDDING_HEAD, _EMBEDDING_ORDER)
 # Ids are stable across snapshots: only the published one's rows (a retired one's summary may
 # quote a deleted document).
 _BY_ID_HEAD = (
     "SELECT id, level, title, summary, rating, size FROM communities co"
     " WHERE snapshot_id = :s AND id = ANY(:ids)"
 )
-_BY_ID = Filtered.of(_BY_ID_HEAD, _BY_ID_HEAD + _SHOWN, _BY_ID_HEAD + _SHOWN_TO_ALL, scoped=False)
+_BY_ID = _shown(_BY_ID_HEAD)
 _TEXT_HEAD = (
     "SELECT id, level, title, summary, rating, size,"  # noqa: S608 - _AT_LEVEL is a constant
     " ts_rank_cd(to_tsvector('english', title || ' ' || summary), CAST(:tsq AS tsquery)) AS score"
     " FROM communities co WHERE snapshot_id = :s AND " + _AT_LEVEL + _KEPT
 )
 _TEXT_ORDER = " ORDER BY score DESC, rating DESC NULLS LAST, id LIMIT :n"
-_BY_TEXT = Filtered.of(
-    _TEXT_HEAD + _TEXT_ORDER,
-    _TEXT_HEAD + _SHOWN + _TEXT_ORDER,
-    _TEXT_HEAD + _SHOWN_TO_ALL + _TEXT_ORDER,
-    scoped=False,
-)
+_BY_TEXT = _shown(_TEXT_HEAD, _TEXT_ORDER)
 _LIST_HEAD = (
     "SELECT id, level, parent_id, size, title, summary, rating FROM communities co"  # noqa: S608 - _KEPT is a constant
     " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)" + _KEPT
 )
 _LIST_ORDER = " ORDER BY level, rating DESC NULLS LAST, size DESC, id LIMIT :n"
-_LIST = Filtered.of(
-    _LIST_HEAD + _LIST_ORDER,
-    _LIST_HEAD + _SHOWN + _LIST_ORDER,
-    _LIST_HEAD + _SHOWN_TO_ALL + _LIST_ORDER,
-    scoped=False,
-)
+_LIST = _shown(_LIST_HEAD, _LIST_ORDER)
 _QUERY_LEXEMES = text("SELECT tsvector_to_array(to_tsvector('english', :q))")
 _PASSAGES_HEAD = (
     "SELECT c.id, c.doc_id, d.title, c.text, 1 - (c.embedding <=> CAST(:q AS vector)) AS s"

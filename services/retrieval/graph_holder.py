@@ -130,6 +130,12 @@ class GraphHolder:
             await self._engine.dispose()
 
 
+def report_of(graph: GraphHolder | None) -> dict[str, Any] | None:
+    """``graph_memory`` of /readyz and status: the held graph's report, null when the process
+    walks the database."""
+    return graph.report() if graph is not None else None
+
+
 @asynccontextmanager
 async def holding(graph: GraphHolder | None) -> AsyncIterator[None]:
     """The held graph built and refreshed for the block (the API's lifespan), then closed."""

@@ -167,9 +167,7 @@ class Relationships:
         database now holds of them; a removed relationship has none), in time linear in the
         rows held: no sort of what did not change."""
         fresh = Relationships.of(rows, self.vocabulary)
-        at = np.searchsorted(self.ids, changed)
-        inside = at < len(self.ids)
-        deleted = at[inside][self.ids[at[inside]] == changed[inside]]
+        deleted, _ = _present(self.ids, changed)
         kept_ids = np.delete(self.ids, deleted)
         inserted_at = np.searchsorted(kept_ids, fresh.ids)
         ids = np.insert(kept_ids, inserted_at, fresh.ids)
@@ -207,8 +205,8 @@ class Relationships:
 
     def touching(self, entities: Ids) -> NDArray[Any]:
         """Rows (positions) whose source or target is one of ``entities``, each once, sorted."""
-        out = [_matching(self.source_keys, self.by_source, entities)]
-        out.append(_matching(self.target_keys, self.by_target, entities))
+        out = [self.by_source[_with_keys(self.source_keys, entities)]]
+        out.append(self.by_target[_with_keys(self.target_keys, entities)])
         return np.unique(np.concatenate(out))
 
     def indexes_hold(self) -> bool:
@@ -232,12 +230,22 @@ def _patched(
     return np.insert(np.delete(values, deleted), inserted_at, inserted)
 
 
-def _matching(sorted_keys: Ids, order: Positions, wanted: Ids) -> NDArray[Any]:
-    """Positions of the rows whose key is in ``wanted`` (distinct), through an order of the
-    rows by key and the keys in that order."""
+def _present(sorted_ids: Ids, wanted: Ids) -> tuple[Ids, Flags]:
+    """(the positions of those of ``wanted`` that are in ``sorted_ids``, which of ``wanted``
+    they are): ``wanted`` sorted and distinct, so the positions are too."""
+    at = np.searchsorted(sorted_ids, wanted)
+    found = np.zeros(len(wanted), dtype=np.bool_)
+    inside = at < len(sorted_ids)
+    found[inside] = sorted_ids[at[inside]] == wanted[inside]
+    return at[found], found
+
+
+def _with_keys(sorted_keys: Ids, wanted: Ids) -> Ids:
+    """Positions in ``sorted_keys`` of every entry whose key is in ``wanted`` (distinct),
+    sorted."""
     lo = np.searchsorted(sorted_keys, wanted, side="left")
     hi = np.searchsorted(sorted_keys, wanted, side="right")
-    return order[_spans(lo, hi)]
+    return _spans(lo, hi)
 
 
 def _reordered(
@@ -254,9 +262,7 @@ def _reordered(
     inserted rows with ``inserted_keys`` at ``inserted_at`` (as np.insert takes them): the
     deleted rows found by their keys, the kept rows' positions moved, the new rows placed
     among them by key (ties after). Linear copies only: no gather of the whole order."""
-    lo = np.searchsorted(sorted_keys, np.unique(deleted_keys), side="left")
-    hi = np.searchsorted(sorted_keys, np.unique(deleted_keys), side="right")
-    candidates = _spans(lo, hi)
+    candidates = _with_keys(sorted_keys, np.unique(deleted_keys))
     at = candidates[np.isin(order[candidates], deleted)]
     kept, keys = np.delete(order, at), np.delete(sorted_keys, at)
     if deleted.size:
@@ -329,15 +335,11 @@ class PassageEdges:
 
     def of_entities(self, entities: Ids) -> Ids:
         """Positions of the edges of these entities (sorted, each once)."""
-        lo = np.searchsorted(self.entities, entities, side="left")
-        hi = np.searchsorted(self.entities, entities, side="right")
-        return _spans(lo, hi)
+        return _with_keys(self.entities, entities)
 
     def of_chunks(self, chunks: Ids) -> Positions:
         """Positions (in entity order) of the edges of these chunks."""
-        lo = np.searchsorted(self.chunk_keys, chunks, side="left")
-        hi = np.searchsorted(self.chunk_keys, chunks, side="right")
-        return self.by_chunk[_spans(lo, hi)]
+        return self.by_chunk[_with_keys(self.chunk_keys, chunks)]
 
     def index_holds(self) -> bool:
         """Whether ``by_chunk`` orders the edges by chunk and ``chunk_keys`` follows it (tests)."""
@@ -371,19 +373,15 @@ class EntityCounts:
 
     def of(self, entities: Ids) -> tuple[Ids, NDArray[np.int32]]:
         """(ids, counts) of those of ``entities`` (sorted, distinct) that exist."""
-        at = np.searchsorted(self.ids, entities)
-        at = np.minimum(at, max(len(self.ids) - 1, 0))
-        found = (self.ids[at] == entities) if len(self.ids) else np.zeros(len(entities), bool)
-        return entities[found], self.mentions[at[found]]
+        at, found = _present(self.ids, entities)
+        return entities[found], self.mentions[at]
 
     def replaced(self, changed: Ids, rows: Sequence[Any]) -> EntityCounts:
         """The counts of ``changed`` entities (sorted, distinct) replaced by ``rows`` (id,
         count; a removed entity has none)."""
         fresh = sorted((int(r[0]), int(r[1])) for r in rows)
         new_ids = _ids([i for i, _ in fresh])
-        at = np.searchsorted(self.ids, changed)
-        inside = at < len(self.ids)
-        deleted = at[inside][self.ids[at[inside]] == changed[inside]]
+        deleted, _ = _present(self.ids, changed)
         kept = np.delete(self.ids, deleted)
         inserted_at = np.searchsorted(kept, new_ids)
         counts = np.array([n for _, n in fresh], dtype=np.int32)
@@ -401,21 +399,6 @@ class MemoryGraph:
     edges: PassageEdges
     entity_counts: EntityCounts
     relationships: Relationships
-
-    @property
-    def entities(self) -> Ids:
-        """The passage edges' entity ids (sorted, then by chunk)."""
-        return self.edges.entities
-
-    @property
-    def chunks(self) -> Ids:
-        """The passage edges' chunk ids."""
-        return self.edges.chunks
-
-    def passages(self, entity_id: int) -> Ids:
-        """The chunks that mention the entity, sorted."""
-        lo, hi = np.searchsorted(self.edges.entities, [entity_id, entity_id + 1])
-        return self.edges.chunks[lo:hi]
 
     @property
     def nbytes(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -66,16 +67,18 @@ class MemoryGraphReads:
         return relations, rel.ids[rows].tolist()
 
     async def not_hubs(self, entities: Sequence[int]) -> list[tuple[int, int]]:
-        return self._not_hubs(_unique(entities))
+        ids, counts = self._not_hubs(_unique(entities))
+        return list(zip(ids.tolist(), counts.tolist(), strict=True))
 
-    def _not_hubs(self, entities: Ids) -> list[tuple[int, int]]:
+    def _not_hubs(self, entities: Ids) -> tuple[Ids, NDArray[np.int32]]:
+        """(ids, mention counts) of the non-hubs among ``entities``, rarest first."""
         ids, counts = self.graph.entity_counts.of(entities)
         keep = counts <= neighbourhood.HUB_MENTIONS
         ids, counts = ids[keep], counts[keep]
         order = np.lexsort((ids, counts))
-        return list(zip(ids[order].tolist(), counts[order].tolist(), strict=True))
+        return ids[order], counts[order]
 
-    async def mentions_of(self, entities: Sequence[int]) -> list[tuple[int, int]]:
+    async def mentions_of(self, entities: Sequence[int] | Ids) -> list[tuple[int, int]]:
         edges = self.graph.edges
         at = edges.of_entities(_unique(entities))
         return _pairs(edges.entities[at], edges.chunks[at])
@@ -88,14 +91,9 @@ class MemoryGraphReads:
         edges = self.graph.edges
         others = np.unique(edges.entities[edges.of_chunks(_unique(chunks))])
         others = others[~np.isin(others, _unique(known))]
-        ranked = self._not_hubs(others)
-        counts = np.array([n for _, n in ranked], dtype=np.int64)
-        chosen = [
-            e
-            for (e, _), links in zip(ranked, np.cumsum(counts).tolist(), strict=True)
-            if links <= neighbourhood.MAX_BRIDGE_MENTIONS
-        ]
-        return await self.mentions_of(chosen)
+        ids, counts = self._not_hubs(others)
+        links = np.cumsum(counts, dtype=np.int64)  # rarest first: a prefix stays in budget
+        return await self.mentions_of(ids[links <= neighbourhood.MAX_BRIDGE_MENTIONS])
 
     async def about(self, chunks: Sequence[int]) -> list[tuple[int, int]]:
         if not len(chunks):
