@@ -37,6 +37,7 @@ from services.core.access import Caller
 from services.core.errors import KgstreamError
 from services.retrieval.lexical import (
     FREQUENCIES_SQL,
+    PHRASE_FREQUENCIES_SQL,
     SCORE_SQL,
     SCORE_VISIBLE_SQL,
     STATS_SQL,
@@ -131,6 +132,7 @@ _READS = (
 )
 _STATS = text(at_time(STATS_SQL))
 _FREQUENCIES = text(at_time(FREQUENCIES_SQL))
+_PHRASES = text(at_time(PHRASE_FREQUENCIES_SQL))
 # Whether history reaches back to :as_of, and from when it is kept (NULL: none, or always).
 _HORIZON = text(
     "SELECT coalesce(kept_since <= CAST(:as_of AS timestamptz), false),"
@@ -167,6 +169,7 @@ async def past_reads(conn: AsyncConnection, as_of: datetime) -> tuple[PassageRea
         raise HistoryNotKept(as_of, kept_since)
     chunks, avg_length = (await conn.execute(_STATS, values)).one()
     frequencies = DocumentFrequencies(chunks=int(chunks), statement=_FREQUENCIES, values=values)
-    stats = CorpusStats(int(chunks), max(float(avg_length), 1.0), frequencies)
+    phrases = DocumentFrequencies(chunks=int(chunks), statement=_PHRASES, values=values)
+    stats = CorpusStats(int(chunks), max(float(avg_length), 1.0), frequencies, phrases)
     nearest, bm25, load = _READS
     return PassageReads(nearest, bm25, load, values, filtered=True), stats

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.normalize import entity_key
+from services.retrieval.lexical import CorpusStats
 from services.retrieval.visibility import Filtered, alias_visible, entity_facts
 
 MAX_NGRAM = 5
@@ -153,16 +154,31 @@ def subsumed(matched: Iterable[str], places: dict[str, set[tuple[int, int]]]) ->
     return out
 
 
-def seed_weight(similarity: float, mentions: int, total_chunks: int) -> float:
-    """Match quality × IDF of the entity over passages (rare names say more)."""
-    return similarity * math.log((total_chunks + 1) / (mentions + 1) + 1.0)
+def seed_weight(similarity: float, mentions: int, total_chunks: int, linked: float = 1.0) -> float:
+    """Match quality × IDF of the entity over passages (rare names say more) × the probability
+    that the question's words name it (``link_probability``)."""
+    return similarity * linked * math.log((total_chunks + 1) / (mentions + 1) + 1.0)
+
+
+def link_probability(mentions: int, occurrences: int) -> float:
+    """How likely the matched words name this entity where they occur: its mentions over the
+    passages whose text holds the words (Mihalcea and Csomai's keyphraseness, "Wikify!", 2007:
+    how often a phrase is a link where it appears), at most 1. A real name is nearly always
+    its entity's mention (Toronto, CKIS-FM: 1); a common word that is also a rare entity's
+    name is almost never ("city", said in thousands of passages, names the film "City" in
+    one). Words the text never holds as written (0: an alias normalised differently) count 1.
+    Without it, a growing corpus gave every common word of a question a rare, and so heavy,
+    seed (docs/retrieval.md, "Quality as the corpus grows")."""
+    if occurrences <= 0:
+        return 1.0
+    return min(1.0, mentions / occurrences)
 
 
 async def ground(
     conn: AsyncConnection,
     question: str,
     spans: Sequence[str],
-    total_chunks: int,
+    stats: CorpusStats,
     *,
     caller: Caller,
 ) -> Grounding:
@@ -176,12 +192,17 @@ async def ground(
     inside = subsumed(matched, places)
     kept = matched - inside
     found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows if str(r[3]) in kept}
+    said: dict[int, set[str]] = {}  # the words that matched each entity
+    for r in rows:
+        if str(r[3]) in kept:
+            said.setdefault(int(r[0]), set()).add(str(r[3]))
     for span in dict.fromkeys(spans):
         if entity_key(span) in matched:  # named exactly (or inside a longer exact name)
             continue
         for r in (await conn.execute(*_FUZZY.bind(caller, {"s": span}))).all():
             if float(r[3]) >= FUZZY_MIN_SIMILARITY and int(r[0]) not in found:
                 found[int(r[0])] = (str(r[1]), int(r[2]), float(r[3]))
+                said.setdefault(int(r[0]), set()).add(span)
     if not caller.unfiltered:
         facts = await entity_facts(conn, caller, list(found))
         found = {
@@ -189,8 +210,12 @@ async def ground(
             for e, (_, _, sim) in found.items()
             if e in facts
         }
+    phrases = sorted({p for ps in said.values() for p in ps})
+    occurs = await stats.phrases.of(conn, phrases) if found else {}
     out = Grounding()
     for eid, (name, mentions, sim) in found.items():
-        out.weights[eid] = seed_weight(sim, mentions, total_chunks)
+        # the most specific words that matched it: a name said in full beside an ambiguous alias
+        linked = max(link_probability(mentions, occurs.get(p, 0)) for p in said[eid])
+        out.weights[eid] = seed_weight(sim, mentions, stats.chunks, linked)
         out.names[eid] = name
     return out

@@ -29,6 +29,13 @@ FREQUENCIES_SQL = (
     " quote_literal(l.lexeme))) FROM unnest(CAST(:lex AS text[])) AS l(lexeme)"
 )
 _DOCUMENT_FREQUENCIES = text(FREQUENCIES_SQL)
+# Chunks whose text holds each phrase (its words in order, as full-text search reads them): how
+# often a name's words occur at all, against how often they name the entity (grounding.py).
+PHRASE_FREQUENCIES_SQL = (
+    "SELECT l.phrase, (SELECT count(*) FROM chunks c WHERE c.tsv @@ phraseto_tsquery('english',"
+    " l.phrase)) FROM unnest(CAST(:lex AS text[])) AS l(phrase)"
+)
+PHRASE_FREQUENCIES = text(PHRASE_FREQUENCIES_SQL)
 MAX_CACHED_LEXEMES = 50_000  # a memory bound (a few MB), not a tuning knob
 STATS_SQL = "SELECT count(*), coalesce(avg(length(tsv)), 1) FROM chunks c"
 _STATS = text(STATS_SQL)
@@ -115,6 +122,10 @@ class CorpusStats:
     chunks: int
     avg_length: float
     frequencies: DocumentFrequencies = field(default_factory=DocumentFrequencies, compare=False)
+    # the same for whole phrases (a seed's words, grounding.link_probability)
+    phrases: DocumentFrequencies = field(
+        default_factory=lambda: DocumentFrequencies(statement=PHRASE_FREQUENCIES), compare=False
+    )
 
 
 @dataclass
@@ -127,14 +138,19 @@ class StatsCache:
     _value: CorpusStats | None = None
     _at: float = 0.0
     _frequencies: DocumentFrequencies = field(default_factory=DocumentFrequencies)
+    _phrases: DocumentFrequencies = field(
+        default_factory=lambda: DocumentFrequencies(statement=PHRASE_FREQUENCIES)
+    )
 
     async def get(self, conn: AsyncConnection) -> CorpusStats:
         """Cached statistics, refreshed through ``conn`` when stale."""
         now = time.monotonic()
         if self._value is None or now - self._at > self.ttl_s or self._value.chunks == 0:
             row = (await conn.execute(_STATS)).one()
-            self._frequencies.chunks = int(row[0])
-            self._value = CorpusStats(int(row[0]), max(float(row[1]), 1.0), self._frequencies)
+            self._frequencies.chunks = self._phrases.chunks = int(row[0])
+            self._value = CorpusStats(
+                int(row[0]), max(float(row[1]), 1.0), self._frequencies, self._phrases
+            )
             self._at = now
         return self._value
 

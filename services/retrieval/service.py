@@ -388,7 +388,7 @@ class QueryService:
             notes.append("global: no published community snapshot; answered by vector")
             mode = "vector"
         if mode in ("local", "path"):
-            grounding = await ground(conn, req.question, spans, asked.stats.chunks, caller=caller)
+            grounding = await ground(conn, req.question, spans, asked.stats, caller=caller)
             if grounding.weights and mode == "path":
                 found = await self._path(asked, grounding)
                 if found is not None:

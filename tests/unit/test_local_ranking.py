@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from services.retrieval.answer import extractive_answer
-from services.retrieval.grounding import key_places, question_keys, subsumed
+from services.retrieval.grounding import (
+    key_places,
+    link_probability,
+    question_keys,
+    seed_weight,
+    subsumed,
+)
 from services.retrieval.ranking import (
     GraphSignal,
     best_paths,
@@ -40,6 +46,19 @@ def test_a_name_said_only_inside_a_longer_matched_name_is_not_a_seed() -> None:
     assert subsumed({"north carolina", "leland"}, places) == set()
     # a span the tokeniser cannot place in the question is never dropped
     assert subsumed({"x y", "x"}, {"x y": set(), "x": {(0, 1)}}) == set()
+
+
+def test_a_common_word_that_names_a_rare_entity_is_a_light_seed() -> None:
+    # "city" is in 2,000 passages and names the film "City" in one; "CKIS-FM" is always its
+    # station: the rare film would otherwise be the heaviest seed of the question.
+    assert link_probability(mentions=1, occurrences=2000) == pytest.approx(1 / 2000)
+    assert link_probability(mentions=2, occurrences=2) == 1.0
+    assert link_probability(mentions=9, occurrences=4) == 1.0  # several mentions a passage
+    assert link_probability(mentions=3, occurrences=0) == 1.0  # words the text never holds
+    station = seed_weight(1.0, 2, 9000, link_probability(2, 2))
+    film = seed_weight(1.0, 1, 9000, link_probability(1, 2000))
+    assert station > 100 * film > 0
+    assert seed_weight(1.0, 2, 9000) == seed_weight(1.0, 2, 9000, 1.0)
 
 
 def test_ppr_prefers_passages_near_the_seed() -> None:
