@@ -192,24 +192,27 @@ def zscores_array(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 @dataclass(frozen=True)
 class GraphSignal:
-    """A walk's passage scores, ordered and normalised once: fusion reads them again at every
-    chain step while the walk stays the same."""
+    """A walk's passage scores, ordered once: fusion reads them again at every chain step
+    while the walk stays the same."""
 
     scores: Mapping[int, float]
     order: tuple[int, ...]  # passages, best first (ties by id)
-    median: float  # of the positive scores (1.0 when none)
 
     @classmethod
     def of(cls, scores: Mapping[int, float]) -> GraphSignal:
-        positive = sorted(v for v in scores.values() if v > 0)
-        median = positive[len(positive) // 2] if positive else 1.0
-        return cls(scores, tuple(sorted(scores, key=lambda c: (-scores[c], c))), median)
+        return cls(scores, tuple(sorted(scores, key=lambda c: (-scores[c], c))))
 
     def over(self, candidates: Iterable[int]) -> dict[int, float]:
-        """log1p(score / median positive score) per candidate (0 without graph support): the
-        graph scores span orders of magnitude, the log keeps one hub passage from
-        dominating."""
-        return {c: math.log1p(self.scores.get(c, 0.0) / self.median) for c in candidates}
+        """log1p(score / the candidates' median positive score) per candidate (0 without
+        graph support): the graph scores span orders of magnitude, the log keeps one hub
+        passage from dominating. The scale is the candidates' own, as the z-scores that fuse
+        them are: the median over the whole walk fell as the walked neighbourhood grew with
+        the corpus, which stretched the weakest support's logs and squeezed the strong
+        (docs/retrieval.md, "Quality as the corpus grows")."""
+        scored = {c: self.scores.get(c, 0.0) for c in candidates}
+        positive = sorted(v for v in scored.values() if v > 0)
+        median = positive[len(positive) // 2] if positive else 1.0
+        return {c: math.log1p(v / median) for c, v in scored.items()}
 
 
 def fuse(

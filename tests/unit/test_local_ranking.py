@@ -152,8 +152,18 @@ def test_array_zscores_follow_the_mapping_rule() -> None:
 
 
 def test_graph_signal_orders_once_and_reads_log_scores_over_the_median() -> None:
-    scores = {7: 0.2, 3: 0.2, 9: 0.0, 4: 1.5}
+    scores = {7: 0.2, 3: 0.2, 9: 0.0, 4: 1.5, 5: 0.001, 6: 0.001}
     signal = GraphSignal.of(scores)
-    assert signal.order == (4, 3, 7, 9)  # best first, ties by id
-    median = 0.2  # of the positive scores 0.2, 0.2, 1.5
-    assert signal.over([3, 9, 11]) == {3: math.log1p(0.2 / median), 9: 0.0, 11: 0.0}
+    assert signal.order == (4, 3, 7, 5, 6, 9)  # best first, ties by id
+    # the median positive score of the candidates fused (0.2 of 0.2, 0.2, 1.5), not of the
+    # whole walk (whose weak tail grows with the corpus)
+    assert signal.over([3, 4, 7, 9, 11]) == {
+        3: math.log1p(1.0),
+        4: math.log1p(1.5 / 0.2),
+        7: math.log1p(1.0),
+        9: 0.0,
+        11: 0.0,
+    }
+    # more weakly supported candidates lower the scale: the same passage reads higher
+    assert signal.over([3, 5, 6])[3] > signal.over([3, 4, 7])[3]
+    assert signal.over([9]) == {9: 0.0}
