@@ -233,7 +233,10 @@ class Filtered:
 # row the probe lands on: the index holds 32 bytes whatever the ACL's size), stopping at the
 # first the caller does not share; past WHOLE_CORPUS_ACL_PROBES of them the walk gives up (the
 # caller keeps the filtered reads), which bounds the check at that many probes (~0.05 ms each)
-# in a corpus with a distinct ACL per document, a small part of a query's budget.
+# in a corpus with a distinct ACL per document, a small part of a query's budget. Each probe
+# orders by the index's own columns, tenant first: PostgreSQL does not take "tenant IS NULL"
+# as fixing the first column, so ordering by the digest alone sorted every live document
+# (48 ms a query at 370k documents, docs/BENCHMARKS.md, issue 32 step 5) instead of one probe.
 WHOLE_CORPUS_ACL_PROBES = 64
 _OTHER_TENANT = {
     True: "EXISTS (SELECT 1 FROM documents d WHERE NOT d.deleted AND d.tenant IS NOT NULL)",
@@ -252,11 +255,11 @@ def _whole_corpus_sql(no_tenant: bool) -> TextClause:
     return text(
         "WITH RECURSIVE walk(digest, acl, step) AS ("  # noqa: S608 - constants; values bound
         f" (SELECT {_DIGEST}, d.acl, 1 FROM documents d WHERE NOT d.deleted AND {own}"
-        f"   AND {_DIGEST} IS NOT NULL ORDER BY {_DIGEST} LIMIT 1)"
+        f"   AND {_DIGEST} IS NOT NULL ORDER BY d.tenant, {_DIGEST} LIMIT 1)"
         " UNION ALL"
         " SELECT n.digest, n.acl, w.step + 1 FROM walk w CROSS JOIN LATERAL"
         f" (SELECT {_DIGEST} AS digest, d.acl FROM documents d WHERE NOT d.deleted AND {own}"
-        f"   AND {_DIGEST} > w.digest ORDER BY {_DIGEST} LIMIT 1) n"
+        f"   AND {_DIGEST} > w.digest ORDER BY d.tenant, {_DIGEST} LIMIT 1) n"
         " WHERE w.acl && CAST(:v_groups AS text[]) AND w.step < :probes)"
         f" SELECT NOT ({_OTHER_TENANT[no_tenant]})"
         " AND NOT EXISTS (SELECT 1 FROM walk"
