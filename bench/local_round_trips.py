@@ -8,13 +8,15 @@ untimed warm-up pass over the same questions.
         --home /var/tmp/kg-bulk-38k --documents 38000 --questions 60 [--profile 15]
 
 ``--profile N``: cProfile of N more questions with the graph held, the functions with the
-most time of their own."""
+most time of their own (``PROFILE_SORT=cumulative PROFILE_ROWS=60`` in the environment for
+another order and length)."""
 
 from __future__ import annotations
 
 import cProfile
 import inspect
 import io
+import os
 import pstats
 import statistics
 import sys
@@ -173,7 +175,9 @@ async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str
                     await service.query(req, Caller.operator())
                 profiler.disable()
                 text = io.StringIO()
-                pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+                order = os.environ.get("PROFILE_SORT", "tottime")
+                rows = int(os.environ.get("PROFILE_ROWS", "25"))
+                pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(rows)
                 print(text.getvalue(), file=sys.stderr)
     return out
 
