@@ -29,14 +29,14 @@ def build_service(
     """The query service with its engine and models; with ``replicas`` (the API), reads go to
     KGSTREAM_DATABASE_READ_URL's replicas once its lag monitor runs (``measuring``). With
     ``hold_graph`` (the API: many queries) and KGSTREAM_QUERY_GRAPH_MEMORY, local mode walks
-    a graph held in memory once it is built (``holding``), unless reads go to replicas: the
-    held graph is read from the primary, and a query must not walk a graph newer than its
-    read."""
+    a graph held in memory once it is built (``holding``); it is read from the primary, so a
+    read of a replica walks it only when its snapshot shows the graph's watermark
+    (``QueryService.walkable``)."""
     client = process_client(settings)  # the process's one OpenAI client (None offline)
     engine = make_engine(database_url, timeouts=DbTimeouts.from_settings(settings))
     reads = ReadRouter.from_settings(settings, engine, replicas=replicas, observer=observer)
     graph = None
-    if hold_graph and settings.query_graph_memory and not reads.replicas:
+    if hold_graph and settings.query_graph_memory:
         graph = graph_holder(settings, database_url)
     return build_query_service(
         settings,

@@ -475,6 +475,15 @@ async def build(engine: AsyncEngine) -> MemoryGraph:
         return await _read_all(conn, watermark)
 
 
+async def shown_by(conn: AsyncConnection, held: MemoryGraph) -> bool:
+    """Whether ``conn``'s snapshot shows every change ``held`` holds (its last graph change at
+    or past the watermark): a replica's read may be behind the primary the graph is read
+    from. Changes commit in about id order; one that committed after a larger id is the only
+    gap, the same window a read already has for a passage deleted after the walk found it."""
+    top = await conn.scalar(_TOP)
+    return int(top or 0) >= held.watermark
+
+
 async def refresh(engine: AsyncEngine, held: MemoryGraph) -> MemoryGraph:
     """``held`` brought up to a new exact snapshot by the changes since its watermark (itself
     when nothing changed). Nothing committed above the held watermark is seen without the

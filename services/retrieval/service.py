@@ -26,7 +26,7 @@ from services.core.extraction import Extractor
 from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
 from services.retrieval import answer as answers
-from services.retrieval import monitoring, router
+from services.retrieval import graph_memory, monitoring, router
 from services.retrieval.as_of import as_of_caller, past_reads
 from services.retrieval.chains import ChainStart
 from services.retrieval.community_vectors import CommunityVectors
@@ -151,11 +151,25 @@ class QueryService:
 
     def held_graph(self, req: QueryRequest) -> MemoryGraph | None:
         """The held graph for this query, taken before its read begins (so never newer than
-        what the read sees): none for a query that waits for an event (``after_event``: the
-        database shows it once the read has waited; the held graph may not yet)."""
+        what a read of the primary sees): none for a query that waits for an event
+        (``after_event``: the database shows it once the read has waited; the held graph may
+        not yet). A read of a replica checks it again (``walkable``)."""
         if self.graph is None or req.after_event is not None:
             return None
         return self.graph.current()
+
+    async def walkable(
+        self, conn: AsyncConnection, memory: MemoryGraph | None
+    ) -> MemoryGraph | None:
+        """``memory`` if this read's snapshot holds every change the held graph holds, else
+        None (the walk reads the database). The held graph is read from the primary; a
+        replica's read may be behind it, and a walk must not reach what its read cannot: the
+        snapshot's last graph change (one index probe) must be at or past the graph's
+        watermark. Without replicas every read is of the primary, begun after the graph was
+        taken, so no check is made."""
+        if memory is None or self.reads is None or not self.reads.replicas:
+            return memory
+        return memory if await graph_memory.shown_by(conn, memory) else None
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run model code in the executor, off the event loop."""
@@ -175,8 +189,9 @@ class QueryService:
         t_route = time.perf_counter()
         embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
         t_embed = time.perf_counter()
-        memory = self.held_graph(req)
+        taken = self.held_graph(req)
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
+            memory = await self.walkable(conn, taken)
             retrieve = functools.partial(
                 self._retrieve,
                 conn,
@@ -284,8 +299,9 @@ class QueryService:
 
         async def search(query: str, start: ChainStart | None) -> Retrieval:
             embedding, spans = await self._read_question(query, with_spans=True)
-            memory = self.held_graph(req)
+            taken = self.held_graph(req)
             async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
+                memory = await self.walkable(conn, taken)
                 return await self._retrieve(
                     conn,
                     req.model_copy(update={"question": query}),

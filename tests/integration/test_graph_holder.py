@@ -22,7 +22,6 @@ from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
 from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
-from services.retrieval import graph_walk
 from services.retrieval.compose import graph_holder
 from services.retrieval.graph_holder import holding
 from services.retrieval.schemas import QueryRequest
@@ -45,20 +44,6 @@ def _seen(resp: Any) -> tuple[Any, ...]:
         resp.paths,
         resp.answer,
     )
-
-
-@pytest.fixture
-def walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many local searches walked the held graph (a spy on the real class)."""
-    made: list[int] = []
-    real = graph_walk.MemoryGraphReads.__init__
-
-    def spy(self: graph_walk.MemoryGraphReads, *args: Any) -> None:
-        made.append(1)
-        real(self, *args)
-
-    monkeypatch.setattr(graph_walk.MemoryGraphReads, "__init__", spy)
-    return made
 
 
 async def _delete(

@@ -37,6 +37,8 @@ from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
 from services.query_api.app import create_app
 from services.query_api.metrics import PrometheusReadObserver
+from services.retrieval.compose import graph_holder
+from services.retrieval.graph_holder import GraphHolder
 from services.retrieval.replica_monitor import ReadPolicy, Replica
 from services.retrieval.replicas import ReadRouter
 from services.retrieval.service import build_query_service
@@ -164,9 +166,11 @@ async def api(
     fallback: Literal["primary", "unavailable"],
     replicas: bool = True,
     policy: ReadPolicy = FAST,
+    graph: GraphHolder | None = None,
     **settings: Any,
 ) -> AsyncIterator[Api]:
-    """A query API reading the standby (``replicas``) with ``fallback``, its monitor running."""
+    """A query API reading the standby (``replicas``) with ``fallback``, its monitor running
+    (and local mode walking ``graph``, read from the primary, when given)."""
     config = Settings(
         home=infra.home,
         database_url=pair.primary_url,
@@ -177,7 +181,9 @@ async def api(
     policy = ReadPolicy(**{**policy.__dict__, "fallback": fallback})
     found = [Replica("replica-1", pair.standby_url, make_engine(pair.standby_url))]
     router = ReadRouter.of(engine, found if replicas else [], policy, PrometheusReadObserver())
-    service = build_query_service(config, engine, embedder, extractor, cpu_pool, reads=router)
+    service = build_query_service(
+        config, engine, embedder, extractor, cpu_pool, reads=router, graph=graph
+    )
     app = create_app(config, Endpoints(pair.primary_url, infra.bootstrap), service=service)
     router.start()
     transport = httpx.ASGITransport(app=app)
@@ -288,6 +294,70 @@ async def test_after_event_waits_for_the_standby_to_replay(
         assert resp.status_code == 200, resp.text
         assert resp.json()["contexts"][0]["doc_id"] == doc_id
         assert reads("replica-1") == before + 1
+
+
+async def test_a_standby_walks_the_held_graph_only_once_it_shows_the_graphs_changes(
+    pair: Pair,
+    make_api: Callable[..., Any],
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    walks: list[int],
+) -> None:
+    # The held graph is read from the primary. A read of a standby that has not replayed
+    # the graph's last change must not walk it (it could reach passages the read cannot see):
+    # it walks the database, and walks the held graph again once the standby has caught up.
+    holder = graph_holder(Settings(database_url=pair.primary_url), pair.primary_url)
+    local = {
+        "question": "Who directed the film that was shot in or around Leland, North Carolina?",
+        "mode": "local",
+    }
+    engine = make_engine(pair.primary_url)
+    try:  # an admin reads every document: the held graph is walked for it (docs/retrieval.md)
+        _, key = await create_key(engine, ["admin"])
+    finally:
+        await engine.dispose()
+    admin = {"Authorization": f"Bearer {key}"}
+
+    async def ask() -> httpx.Response:
+        resp: httpx.Response = await a.client.post("/v1/query", json=local, headers=admin)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["mode_used"] == "local"
+        return resp
+
+    try:
+        caught_watermark = (await holder.caught_up()).watermark
+        async with make_api(fallback="unavailable", graph=holder) as a:
+            await until(a.usable, "the standby to be usable")
+            await asyncio.to_thread(pair.standby.sync)
+            before = reads("replica-1")
+            caught = await ask()
+            assert caught.status_code == 200, caught.text
+            assert len(walks) == 1  # the standby shows the graph's watermark
+            await asyncio.to_thread(pair.standby.execute, "SELECT pg_wal_replay_pause()")
+            try:
+                event = {
+                    "event_id": f"ev-{uuid.uuid4().hex[:8]}", "type": "upsert",
+                    "doc_id": f"doc-{uuid.uuid4().hex[:8]}", "title": "Ostrel Ferry",
+                    "text": "The Ostrel Ferry crosses the Lune estuary from Brisk Harbour.",
+                    "occurred_at": "2026-11-29T10:00:00+00:00",
+                }  # fmt: skip
+                await _index(pair.primary_url, [json.dumps(event)], embedder, extractor)
+                newer = await holder.caught_up()
+                behind = await ask()
+                assert behind.status_code == 200, behind.text
+                assert len(walks) == 1, "a standby behind the held graph walked it"
+                assert reads("replica-1") == before + 2  # both read the standby
+            finally:
+                await asyncio.to_thread(pair.standby.execute, "SELECT pg_wal_replay_resume()")
+            await asyncio.to_thread(pair.standby.sync)
+            again = await ask()
+            assert again.status_code == 200, again.text
+            assert len(walks) == 2  # caught up: the held graph again
+            assert again.json()["contexts"]
+            assert behind.json()["contexts"]
+            assert newer.watermark > caught_watermark
+    finally:
+        await asyncio.to_thread(holder.close)
 
 
 @pytest.mark.parametrize("replicas", [False, True])
