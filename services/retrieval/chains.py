@@ -98,12 +98,22 @@ class Relevance:
         return keys, np.fromiter(self.base.values(), np.float64, len(keys))
 
     @cached_property
-    def _with_terms(self) -> list[tuple[int, frozenset[str]]]:
-        """(position, terms) of the candidates that contain a question term: the others'
-        lexical score is 0 for every chain."""
+    def _holds(self) -> tuple[list[str], npt.NDArray[np.float64]]:
+        """The question terms some candidate contains, and which candidate holds which (one
+        row per candidate, 1.0 where it holds the term): a chain's lexical scores are then
+        one product with the idf of the terms it has not covered."""
         keys, _ = self._passages
-        found = ((i, self.terms.get(c)) for i, c in enumerate(keys))
-        return [(i, t) for i, t in found if t]
+        rows: list[int] = []
+        held: list[str] = []
+        for i, c in enumerate(keys):
+            for term in self.terms.get(c, ()):
+                rows.append(i)
+                held.append(term)
+        vocabulary = sorted(set(held))
+        column = {term: j for j, term in enumerate(vocabulary)}
+        holds = np.zeros((len(keys), len(vocabulary)))
+        holds[rows, [column[term] for term in held]] = 1.0
+        return vocabulary, holds
 
     @cached_property
     def _position(self) -> dict[int, int]:
@@ -115,11 +125,14 @@ class Relevance:
         the passages its chains reach, out of every candidate)."""
         if not self.lexical_weight:
             return self.base
-        keys, base = self._passages
-        left = np.zeros(len(keys))
-        for i, terms in self._with_terms:
-            left[i] = sum(self.idf.get(t, 0.0) for t in terms - chain.covered)
-        total = base + self.lexical_weight * zscores_array(left)
+        _, base = self._passages
+        vocabulary, holds = self._holds
+        weights = np.fromiter(
+            (0.0 if t in chain.covered else self.idf.get(t, 0.0) for t in vocabulary),
+            np.float64,
+            len(vocabulary),
+        )
+        total = base + self.lexical_weight * zscores_array(holds @ weights)
         return _ArrayScores(self._position, total)
 
 
