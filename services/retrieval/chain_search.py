@@ -94,20 +94,22 @@ async def follow_chains(
     caller: Caller,
     start: chains.ChainStart | None = None,
     reads: GraphReads | None = None,
+    lexemes: Sequence[str] | None = None,
 ) -> tuple[list[int], tuple[int, ...]]:
     """The fused ranking interleaved with the later passages of chains that start at its
     ``width`` best passages (or continue from ``start``) and follow bridge entities
     (services/retrieval/chains.py), and the best chain's passages (the offline answer reads
     its next hop). ``base`` gives the fused dense and graph scores with more passages among
     the candidates (given with their cosine to the question). The links come from ``reads``
-    (the database as the caller sees it when none)."""
+    (the database as the caller sees it when none); ``lexemes``: the question's, when the
+    caller has read them (``question_lexemes``)."""
     graph = reads or DbGraphReads(conn, caller)
     order = sorted(fused, key=lambda c: (-fused[c], c))
     heads = list(start.heads) if start else order[:width]
     if not heads:
         return order, ()
     used = sorted(start.used) if start else seeds  # entities no step bridges through
-    asked = await question_lexemes(conn, question)
+    asked = list(lexemes) if lexemes is not None else await question_lexemes(conn, question)
     idf = useful_terms(await stats.frequencies.of(conn, asked), stats.chunks)
     asked = sorted(idf)  # the terms that say something: in some passage, in at most half
     terms = await question_terms(conn, asked, [*order, *heads])

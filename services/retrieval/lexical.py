@@ -184,11 +184,14 @@ async def bm25_search(
     caller: Caller,
     statement: Filtered | None = None,
     values: Mapping[str, object] | None = None,
+    asked: Sequence[str] | None = None,
 ) -> dict[int, float]:
     """Chunk id -> BM25 score for the k best visible chunks (empty when no question term is
     indexed); ``statement`` and ``values``: another form of the scoring read (``SCORE``, as of a
-    past time: services/retrieval/as_of.py) and what it binds besides."""
-    asked = await question_lexemes(conn, question)
+    past time: services/retrieval/as_of.py) and what it binds besides; ``asked``: the
+    question's lexemes when the caller has them (``question_lexemes``), else read here."""
+    if asked is None:
+        asked = await question_lexemes(conn, question)
     n, avglen = stats.chunks, stats.avg_length
     dfs = await stats.frequencies.of(conn, asked)
     terms = useful_terms(dfs, n)

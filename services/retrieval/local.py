@@ -21,7 +21,7 @@ from services.retrieval import chain_search, chains, neighbourhood, ranking, res
 from services.retrieval.graph_memory import MemoryGraph
 from services.retrieval.graph_walk import MemoryGraphReads
 from services.retrieval.grounding import Grounding
-from services.retrieval.lexical import CorpusStats, bm25_search
+from services.retrieval.lexical import CorpusStats, bm25_search, question_lexemes
 from services.retrieval.schemas import Hop
 from services.retrieval.vector import Ranked, similarities, vector_search
 
@@ -149,7 +149,12 @@ async def local_search(
     graph = await walk(grounding)
     signal = ranking.GraphSignal.of(graph)
     dense_hits = await vector_search(conn, embedding, depth, caller=caller)
-    bm25 = await bm25_search(conn, question, depth, stats, caller=caller) if weights.lexical else {}
+    lexemes = await question_lexemes(conn, question)  # BM25's and the chains' (one read)
+    bm25 = (
+        await bm25_search(conn, question, depth, stats, caller=caller, asked=lexemes)
+        if weights.lexical
+        else {}
+    )
     dense: dict[int, float] = {}
     chained: set[int] = set()  # passages chains reached through bridge entities
 
@@ -207,6 +212,7 @@ async def local_search(
             caller=caller,
             start=chain_start,
             reads=reads,
+            lexemes=lexemes,
         )
         # the merged order has no common scale: each passage scores 1 / its rank
         fused = {c: 1.0 / (i + 1) for i, c in enumerate(order)}
