@@ -191,10 +191,11 @@ async def ground(
     matched = {str(r[3]) for r in rows}
     inside = subsumed(matched, places)
     kept = matched - inside
-    found = {int(r[0]): (str(r[1]), int(r[2]), 1.0) for r in rows if str(r[3]) in kept}
+    found: dict[int, tuple[str, int, float]] = {}
     said: dict[int, set[str]] = {}  # the words that matched each entity
     for r in rows:
         if str(r[3]) in kept:
+            found[int(r[0])] = (str(r[1]), int(r[2]), 1.0)
             said.setdefault(int(r[0]), set()).add(str(r[3]))
     for span in dict.fromkeys(spans):
         if entity_key(span) in matched:  # named exactly (or inside a longer exact name)
@@ -211,7 +212,7 @@ async def ground(
             if e in facts
         }
     phrases = sorted({p for ps in said.values() for p in ps})
-    occurs = await stats.phrases.of(conn, phrases) if found else {}
+    occurs = await stats.phrases.of(conn, phrases)  # no statement when there are none
     out = Grounding()
     for eid, (name, mentions, sim) in found.items():
         # the most specific words that matched it: a name said in full beside an ambiguous alias

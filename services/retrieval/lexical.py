@@ -113,6 +113,11 @@ class DocumentFrequencies:
         }
 
 
+def phrase_frequencies() -> DocumentFrequencies:
+    """Document frequencies of whole phrases, cached as the lexemes' are."""
+    return DocumentFrequencies(statement=PHRASE_FREQUENCIES)
+
+
 @dataclass(frozen=True)
 class CorpusStats:
     """Chunk count and mean full-text length (distinct lexemes) for BM25 and seed IDF, and the
@@ -123,9 +128,7 @@ class CorpusStats:
     avg_length: float
     frequencies: DocumentFrequencies = field(default_factory=DocumentFrequencies, compare=False)
     # the same for whole phrases (a seed's words, grounding.link_probability)
-    phrases: DocumentFrequencies = field(
-        default_factory=lambda: DocumentFrequencies(statement=PHRASE_FREQUENCIES), compare=False
-    )
+    phrases: DocumentFrequencies = field(default_factory=phrase_frequencies, compare=False)
 
 
 @dataclass
@@ -138,9 +141,7 @@ class StatsCache:
     _value: CorpusStats | None = None
     _at: float = 0.0
     _frequencies: DocumentFrequencies = field(default_factory=DocumentFrequencies)
-    _phrases: DocumentFrequencies = field(
-        default_factory=lambda: DocumentFrequencies(statement=PHRASE_FREQUENCIES)
-    )
+    _phrases: DocumentFrequencies = field(default_factory=phrase_frequencies)
 
     async def get(self, conn: AsyncConnection) -> CorpusStats:
         """Cached statistics, refreshed through ``conn`` when stale."""

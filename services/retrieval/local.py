@@ -149,7 +149,9 @@ async def local_search(
     graph = await walk(grounding)
     signal = ranking.GraphSignal.of(graph)
     dense_hits = await vector_search(conn, embedding, depth, caller=caller)
-    lexemes = await question_lexemes(conn, question)  # BM25's and the chains' (one read)
+    chained_walk = bool(methods.chain_width) and ranker == "ppr"
+    # the question's lexemes, read once for BM25 and the chains (when either runs)
+    lexemes = await question_lexemes(conn, question) if weights.lexical or chained_walk else []
     bm25 = (
         await bm25_search(conn, question, depth, stats, caller=caller, asked=lexemes)
         if weights.lexical
@@ -197,7 +199,7 @@ async def local_search(
             fused = await fused_ranking(signal)
     chain: tuple[int, ...] = ()
     first = sorted(fused, key=lambda c: (-fused[c], c))[:k]  # the fused top k, before chains
-    if methods.chain_width and ranker == "ppr":
+    if chained_walk:
         order, chain = await chain_search.follow_chains(
             conn,
             question,
