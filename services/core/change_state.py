@@ -65,7 +65,7 @@ _STATE = text(
         (SELECT size FROM pub) AS size,
         (SELECT count(*) FROM (
             SELECT DISTINCT kind, ref_id FROM graph_changes
-            WHERE id > coalesce((SELECT watermark FROM pub), 0)
+            WHERE id > coalesce((SELECT watermark FROM pub), 0) AND kind IN ('node', 'edge')
         ) AS c) AS changed,
         NOT EXISTS (SELECT 1 FROM entities) AS graph_empty,
         extract(epoch FROM now() - (SELECT published_at FROM pub)) AS since_publish,

@@ -482,8 +482,9 @@ class Settings(BaseSettings):
     query_graph_memory: bool = Field(
         default=True,
         description="The query API holds the graph local mode walks in memory (built at start, "
-        "refreshed from graph_changes) and walks it for callers who read every document; off, "
-        "or with read replicas, or for a restricted caller, local mode reads the database. "
+        "refreshed from graph_changes) and walks it for every caller, as that caller may see "
+        "it; off, for a query with filters, or on a replica behind the held graph, local mode "
+        "reads the database. "
         'docs/retrieval.md, "The graph in memory".',
     )
     query_graph_refresh_s: float = Field(

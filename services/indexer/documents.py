@@ -74,14 +74,15 @@ async def stored_doc(
     bounded against when the row was written (``bounded_time``): rows stored before events
     were bounded may hold any occurred_at, and must not stay ahead of every later event."""
     sql = (
-        "SELECT version, content_hash, occurred_at, updated_at, deleted, tenant FROM documents"
-        " WHERE doc_id = :d"
+        "SELECT version, content_hash, occurred_at, updated_at, deleted, tenant, acl"
+        " FROM documents WHERE doc_id = :d"
     )
     row = (await conn.execute(text(sql + (" FOR UPDATE" if lock else "")), {"d": doc_id})).first()
     if row is None:
         return None
     at = bounded_time(row.occurred_at, row.updated_at, timedelta(seconds=max_skew_s))
-    return StoredDoc(row.version, row.content_hash, at, row.deleted, row.tenant)
+    acl = None if row.acl is None else tuple(row.acl)
+    return StoredDoc(row.version, row.content_hash, at, row.deleted, row.tenant, acl)
 
 
 async def write_document(

@@ -28,6 +28,17 @@ class StoredDoc:
     occurred_at: datetime
     deleted: bool
     tenant: str | None = None
+    acl: tuple[str, ...] | None = None
+
+
+def moves_access(stored: StoredDoc | None, event: DocumentEvent) -> bool:
+    """Does the upsert change who can see a live document's chunks (its tenant or ACL)? The
+    held graphs of the query processes re-read their classes (graph_store/changes.py
+    ``log_access``)."""
+    if stored is None or stored.deleted:
+        return False
+    acl = None if event.acl is None else tuple(event.acl)
+    return stored.tenant != event.tenant or stored.acl != acl
 
 
 def reference_time(record_timestamp: float | None, now: float) -> datetime:

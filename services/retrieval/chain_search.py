@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
@@ -34,7 +33,8 @@ _VISIBLE = " AND c.doc_id IN (" + VISIBLE_DOC_IDS + ")"
 _WITH_ABOUT = _REACHED.format(terms=TERMS_OF_CHUNK, about=_ABOUT)
 _REACHED_FACTS = Filtered.of(_WITH_ABOUT, _WITH_ABOUT + _VISIBLE)
 # The same without the title entities, for a walk that holds them (graph_walk.py).
-_REACHED_NO_ABOUT = text(_REACHED.format(terms=TERMS_OF_CHUNK, about="'{}'::bigint[]"))
+_NO_ABOUT = _REACHED.format(terms=TERMS_OF_CHUNK, about="'{}'::bigint[]")
+_REACHED_NO_ABOUT = Filtered.of(_NO_ABOUT, _NO_ABOUT + _VISIBLE)
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ async def reached_facts(
     reads: GraphReads,
 ) -> Reached:
     """Reached for these passages (a passage the caller may not see has no terms and is
-    about nothing); their title entities from ``reads`` when it holds them in memory (it
-    does only for a caller who sees everything), else in the same statement."""
+    about nothing); their title entities from ``reads`` when it holds them in memory, else
+    in the same statement."""
     out = Reached({}, dict.fromkeys(chunks, frozenset()), [])
     if not chunks:
         return out
@@ -68,7 +68,7 @@ async def reached_facts(
         "ids": list(chunks),
     }
     if reads.holds_topics:
-        statement = (_REACHED_NO_ABOUT, values)
+        statement = _REACHED_NO_ABOUT.bind(caller, values)
         out.about.extend(await reads.about(chunks))
     else:
         statement = _REACHED_FACTS.bind(caller, values)

@@ -8,15 +8,24 @@ What it holds, as numpy arrays (no Python object per row):
 - **entities**: id and mention count (the hub rule and the bridge budget), sorted by id;
 - **relationships**: id, source, target, weight (float64, as stored: the walk's order and its
   log weights are then those of the database), type and whether it is weak, sorted by id,
-  with their order by source and by target.
+  with their order by source and by target;
+- **visibility** (issue 32, step 4), for a caller who sees part of the corpus: each passage
+  edge's *access class* (its document's tenant and ACL: every document of a class is visible
+  to the same callers) and number of mentions, and each relationship's evidence summed per
+  class (strength and count). A caller's visible classes are a boolean mask over the classes
+  (``AccessClasses.visible_to``); a walk then keeps the edges and evidence whose class the mask
+  admits, which is what the database's visibility predicate (visibility.py) admits.
 
 How it is built and kept current: one bulk read in an exact snapshot
 (services/core/db/snapshots.py ``graph_snapshot``: every ``graph_changes`` id at or below its
 watermark is in what it reads, every later change above it), then, at each refresh, the changes
 between the held watermark and a new exact one: the passage edges and the row of each changed
-entity and each changed relationship are read again as that snapshot shows them and replace
-the held ones. A refresh returns a new state; the old one stays whole for the queries reading
-it (one consistent state per query).
+entity and each changed relationship (with its evidence per class) are read again as that
+snapshot shows them and replace the held ones; an ``access`` change (a chunk whose document
+changed tenant or ACL with the same content: services/indexer/graph_store/transaction.py)
+re-reads the chunk's class and the evidence of the relationships it holds evidence for. A
+refresh returns a new state; the old one stays whole for the queries reading it (one
+consistent state per query).
 
 Tested by tests/integration/test_graph_memory.py (after any sequence of document events with
 refreshes in between, the held state equals one built from the database) and by the curation
@@ -34,6 +43,7 @@ from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.core.access import Caller
 from services.core.db.snapshots import fetch_packed, graph_snapshot
 
 Ids = NDArray[np.int64]
@@ -52,17 +62,36 @@ def _positions(order: NDArray[Any]) -> Positions:
     return order.astype(np.int32, copy=False)
 
 
+# Refresh reads: each row's document tenant and ACL (coded into a class in Python).
 _PASSAGE_EDGES_OF = text(
-    "SELECT entity_id, chunk_id, bool_or(start_char = -1) FROM mentions"
-    " WHERE entity_id = ANY(:ids) GROUP BY entity_id, chunk_id"
+    "SELECT m.entity_id, m.chunk_id, bool_or(m.start_char = -1), d.tenant, d.acl, count(*)"
+    " FROM mentions m JOIN documents d ON d.doc_id = m.doc_id WHERE m.entity_id = ANY(:ids)"
+    " GROUP BY m.entity_id, m.chunk_id, d.tenant, d.acl"
 )
 _ENTITIES_OF = text("SELECT id, mention_count FROM entities WHERE id = ANY(:ids)")
 _RELATIONSHIPS_OF = text(
     "SELECT id, source_id, target_id, weight, type, weak FROM relationships WHERE id = ANY(:ids)"
 )
+_EVIDENCE_OF = text(
+    "SELECT ev.relationship_id, d.tenant, d.acl, sum(ev.strength), count(*)"
+    " FROM relationship_evidence ev JOIN documents d ON d.doc_id = ev.doc_id"
+    " WHERE ev.relationship_id = ANY(:ids) GROUP BY ev.relationship_id, d.tenant, d.acl"
+)
+# An access change: the chunks' classes now, and the relationships they evidence.
+_CHUNK_CLASSES = text(
+    "SELECT c.id, d.tenant, d.acl FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+    " WHERE c.id = ANY(:ids)"
+)
+_EVIDENCED_BY = text(
+    "SELECT DISTINCT relationship_id FROM relationship_evidence WHERE chunk_id = ANY(:ids)"
+)
 # The bulk reads, packed (big-endian, as int8send / float8send / int4send / boolsend write
-# them), one bytea per group of at most 2^20 keys; a relationship's type as its index in _TYPES.
-_EDGE_ROW = np.dtype([("entity", ">i8"), ("chunk", ">i8"), ("topic", "?")])
+# them), one bytea per group of at most 2^20 keys; a relationship's type as its index in _TYPES,
+# a document's access class as its index in _CLASSES (read in the same snapshot, in the order
+# the codes are ranked in).
+_EDGE_ROW = np.dtype(
+    [("entity", ">i8"), ("chunk", ">i8"), ("topic", "?"), ("access", ">i4"), ("n", ">i4")]
+)
 _ENTITY_ROW = np.dtype([("id", ">i8"), ("mentions", ">i4")])
 _REL_ROW = np.dtype(
     [
@@ -74,10 +103,29 @@ _REL_ROW = np.dtype(
         ("weak", "?"),
     ]
 )
+_EVIDENCE_ROW = np.dtype([("id", ">i8"), ("access", ">i4"), ("strength", ">f8"), ("n", ">i4")])
+# (tenant NULLS FIRST, acl NULLS FIRST): the order _CLASSES lists the classes in and
+# _PACKED_PASSAGE_EDGES / _PACKED_EVIDENCE rank their codes by (k: each document's code).
+_CLASSES = text(
+    "SELECT tenant, acl FROM documents GROUP BY tenant, acl"
+    " ORDER BY tenant NULLS FIRST, acl NULLS FIRST"
+)
 _PACKED_PASSAGE_EDGES = (
-    "SELECT count(*), string_agg(int8send(entity_id) || int8send(chunk_id) || boolsend(topic),"
-    " ''::bytea) FROM (SELECT entity_id, chunk_id, bool_or(start_char = -1) AS topic"
-    " FROM mentions GROUP BY entity_id, chunk_id) m GROUP BY entity_id >> 20"
+    "WITH k AS (SELECT doc_id, (dense_rank() OVER"
+    " (ORDER BY tenant NULLS FIRST, acl NULLS FIRST) - 1)::int AS code FROM documents)"
+    " SELECT count(*), string_agg(int8send(entity_id) || int8send(chunk_id) || boolsend(topic)"
+    " || int4send(code) || int4send(n), ''::bytea) FROM (SELECT m.entity_id, m.chunk_id,"
+    " bool_or(m.start_char = -1) AS topic, min(k.code) AS code, count(*)::int AS n"
+    " FROM mentions m JOIN k ON k.doc_id = m.doc_id GROUP BY m.entity_id, m.chunk_id) m"
+    " GROUP BY entity_id >> 20"
+)
+_PACKED_EVIDENCE = (
+    "WITH k AS (SELECT doc_id, (dense_rank() OVER"
+    " (ORDER BY tenant NULLS FIRST, acl NULLS FIRST) - 1)::int AS code FROM documents)"
+    " SELECT count(*), string_agg(int8send(id) || int4send(code) || float8send(w)"
+    " || int4send(n), ''::bytea) FROM (SELECT ev.relationship_id AS id, k.code,"
+    " sum(ev.strength)::float8 AS w, count(*)::int AS n FROM relationship_evidence ev"
+    " JOIN k ON k.doc_id = ev.doc_id GROUP BY ev.relationship_id, k.code) e GROUP BY id >> 20"
 )
 _PACKED_ENTITIES = (
     "SELECT count(*), string_agg(int8send(id) || int4send(mention_count), ''::bytea)"
@@ -95,12 +143,59 @@ _PACKED_RELATIONSHIPS = (
 _TOP = text("SELECT max(id) FROM graph_changes")
 _CHANGES = text(
     "SELECT kind, ref_id FROM graph_changes WHERE id > :since AND id <= :until"
-    " AND kind IN ('node', 'edge')"
+    " AND kind IN ('node', 'edge', 'access')"
 )
 
 
 def _ids(values: Sequence[int] | Ids) -> Ids:
     return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+EdgeRow = tuple[int, int, bool, int, int]  # entity, chunk, title flag, class, mentions
+AccessKey = tuple[str | None, tuple[str, ...] | None]  # a document's (tenant, ACL)
+# Callers whose masks a state's classes keep (one entry: a boolean a class); past it, the
+# cache starts again (a mask is recomputed in one pass over the classes).
+MASKS_KEPT = 256
+
+
+def access_key(tenant: Any, acl: Any) -> AccessKey:
+    return (None if tenant is None else str(tenant), None if acl is None else tuple(acl))
+
+
+@dataclass(frozen=True)
+class AccessClasses:
+    """The distinct (tenant, ACL) pairs of documents, each coded by its position: every
+    document of a class is visible to the same callers. Codes only grow (a refresh appends the
+    classes it meets), so a state's codes stay valid in the states refreshed from it; the
+    callers' masks are shared along the same line and extended, not recomputed."""
+
+    keys: tuple[AccessKey, ...]
+    _masks: dict[tuple[str | None, frozenset[str]], Flags] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def coded(self, keys: Sequence[AccessKey]) -> tuple[AccessClasses, NDArray[np.int32]]:
+        """The codes of ``keys``, and the classes extended by those not known yet."""
+        code = {k: i for i, k in enumerate(self.keys)}
+        extra = [k for k in dict.fromkeys(keys) if k not in code]
+        classes = self
+        if extra:
+            classes = AccessClasses((*self.keys, *extra), self._masks)
+            code.update({k: len(self.keys) + i for i, k in enumerate(extra)})
+        return classes, np.array([code[k] for k in keys], dtype=np.int32)
+
+    def visible_to(self, caller: Caller) -> Flags:
+        """Which classes the caller sees (``Caller.can_see``, the rule the SQL states)."""
+        key = (caller.tenant, frozenset(caller.groups))
+        mask = self._masks.get(key)
+        if mask is None or len(mask) < len(self.keys):
+            done = np.zeros(0, dtype=np.bool_) if mask is None else mask
+            more = [caller.can_see(t, acl) for t, acl in self.keys[len(done) :]]
+            mask = np.concatenate([done, np.array(more, dtype=np.bool_)])
+            if len(self._masks) >= MASKS_KEPT:
+                self._masks.clear()
+            self._masks[key] = mask
+        return mask[: len(self.keys)]
 
 
 @dataclass(frozen=True)
@@ -286,13 +381,16 @@ def _is_order(order: Positions, keys: NDArray[Any], sorted_keys: Ids) -> bool:
 
 @dataclass(frozen=True)
 class PassageEdges:
-    """(entity, chunk) pairs with their title flag, sorted by entity then chunk; ``by_chunk``
-    holds the positions in chunk order (ties in any order: the walk reads a passage's edges as
-    a set) and ``chunk_keys`` the chunks in that order; computed when not given."""
+    """(entity, chunk) pairs with their title flag, their document's access class and their
+    number of mentions, sorted by entity then chunk; ``by_chunk`` holds the positions in chunk
+    order (ties in any order: the walk reads a passage's edges as a set) and ``chunk_keys`` the
+    chunks in that order; computed when not given."""
 
     entities: Ids
     chunks: Ids
     topics: Flags
+    classes: NDArray[np.int32]
+    mentions: NDArray[np.int32]
     by_chunk: Positions = field(default_factory=_unset, repr=False, compare=False)
     chunk_keys: Ids = field(default_factory=_unset, repr=False, compare=False)
 
@@ -304,33 +402,61 @@ class PassageEdges:
             object.__setattr__(self, "chunk_keys", self.chunks[self.by_chunk])
 
     @classmethod
-    def sorted_of(cls, entities: Ids, chunks: Ids, topics: Flags) -> PassageEdges:
+    def sorted_of(
+        cls,
+        entities: Ids,
+        chunks: Ids,
+        topics: Flags,
+        classes: NDArray[np.int32],
+        mentions: NDArray[np.int32],
+    ) -> PassageEdges:
         order = np.lexsort((chunks, entities))
-        return cls(entities[order], chunks[order], topics[order])
+        return cls(entities[order], chunks[order], topics[order], classes[order], mentions[order])
 
-    def replaced(self, changed: Ids, rows: Sequence[Any]) -> PassageEdges:
-        """The edges of ``changed`` entities (sorted, distinct) replaced by ``rows`` (their
-        edges now), in time linear in the edges held: no sort of what did not change."""
-        new_entities, new_chunks, new_topics = _edge_rows(rows)
-        order = np.lexsort((new_chunks, new_entities))
-        new_entities, new_chunks = new_entities[order], new_chunks[order]
+    def replaced(
+        self, changed: Ids, rows: Sequence[tuple[int, int, bool, int, int]]
+    ) -> PassageEdges:
+        """The edges of ``changed`` entities (sorted, distinct) replaced by ``rows`` (entity,
+        chunk, title flag, class, mentions: their edges now), in time linear in the edges
+        held: no sort of what did not change."""
+        fresh = PassageEdges.sorted_of(*_edge_rows(rows))
         deleted = self.of_entities(changed)
         kept_entities = np.delete(self.entities, deleted)
-        inserted_at = np.searchsorted(kept_entities, new_entities)
+        inserted_at = np.searchsorted(kept_entities, fresh.entities)
         by_chunk, chunk_keys = _reordered(
             self.by_chunk,
             self.chunk_keys,
             deleted=deleted,
             deleted_keys=self.chunks[deleted],
             inserted_at=inserted_at,
-            inserted_keys=new_chunks,
+            inserted_keys=fresh.chunks,
         )
         return PassageEdges(
-            np.insert(kept_entities, inserted_at, new_entities),
-            _patched(self.chunks, deleted, inserted_at, new_chunks),
-            _patched(self.topics, deleted, inserted_at, new_topics[order]),
+            np.insert(kept_entities, inserted_at, fresh.entities),
+            _patched(self.chunks, deleted, inserted_at, fresh.chunks),
+            _patched(self.topics, deleted, inserted_at, fresh.topics),
+            _patched(self.classes, deleted, inserted_at, fresh.classes),
+            _patched(self.mentions, deleted, inserted_at, fresh.mentions),
             by_chunk,
             chunk_keys,
+        )
+
+    def reclassed(self, chunks: Ids, classes: NDArray[np.int32]) -> PassageEdges:
+        """The edges of ``chunks`` (sorted, distinct) in the ``classes`` given (one each):
+        their document's tenant or ACL changed."""
+        at = self.of_chunks(chunks)
+        if not at.size:
+            return self
+        moved = self.classes.copy()
+        moved[at] = classes[np.searchsorted(chunks, self.chunks[at])]
+        return PassageEdges(
+            self.entities,
+            self.chunks,
+            self.topics,
+            moved,
+            self.mentions,
+            self.by_chunk,
+            self.chunk_keys,
         )
 
     def of_entities(self, entities: Ids) -> Ids:
@@ -347,8 +473,8 @@ class PassageEdges:
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.entities, self.chunks, self.topics, self.by_chunk, self.chunk_keys)
-        return sum(a.nbytes for a in arrays)
+        arrays = (self.entities, self.chunks, self.topics, self.classes, self.mentions)
+        return sum(a.nbytes for a in (*arrays, self.by_chunk, self.chunk_keys))
 
 
 def _spans(lo: Ids, hi: Ids) -> Ids:
@@ -392,6 +518,62 @@ class EntityCounts:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """Each relationship's evidence summed per access class: (relationship id, class) rows
+    sorted by id, with the strengths' sum and the count. A restricted caller's weight of a
+    relationship is the sum over the classes it sees (the indexer's rule on visible evidence:
+    visibility.visible_evidence)."""
+
+    ids: Ids
+    classes: NDArray[np.int32]
+    strengths: NDArray[np.float64]
+    counts: NDArray[np.int32]
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[int, int, float, int]]) -> Evidence:
+        """From (relationship id, class, strength sum, count) rows."""
+        rows = sorted(rows)
+        return cls(
+            _ids([r[0] for r in rows]),
+            np.array([r[1] for r in rows], dtype=np.int32),
+            np.array([r[2] for r in rows], dtype=np.float64),
+            np.array([r[3] for r in rows], dtype=np.int32),
+        )
+
+    def replaced(self, changed: Ids, rows: Sequence[tuple[int, int, float, int]]) -> Evidence:
+        """The rows of ``changed`` relationships (sorted, distinct) replaced by ``rows``."""
+        fresh = Evidence.of(rows)
+        deleted = _with_keys(self.ids, changed)
+        kept = np.delete(self.ids, deleted)
+        at = np.searchsorted(kept, fresh.ids)
+        return Evidence(
+            np.insert(kept, at, fresh.ids),
+            _patched(self.classes, deleted, at, fresh.classes),
+            _patched(self.strengths, deleted, at, fresh.strengths),
+            _patched(self.counts, deleted, at, fresh.counts),
+        )
+
+    def visible(
+        self, relationships: Ids, seen: Flags
+    ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+        """(weight, evidence count) of each of ``relationships`` (sorted, distinct) from the
+        evidence in the classes ``seen`` admits."""
+        at = _with_keys(self.ids, relationships)
+        group = np.searchsorted(relationships, self.ids[at])
+        shown = seen[self.classes[at]]
+        n = len(relationships)
+        weights: NDArray[np.float64] = np.bincount(
+            group[shown], weights=self.strengths[at][shown], minlength=n
+        ).astype(np.float64)
+        counts = np.bincount(group[shown], weights=self.counts[at][shown], minlength=n)
+        return weights, counts.astype(np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.ids, self.classes, self.strengths, self.counts))
+
+
+@dataclass(frozen=True)
 class MemoryGraph:
     """One consistent state of the walked graph, as of ``watermark``."""
 
@@ -399,19 +581,30 @@ class MemoryGraph:
     edges: PassageEdges
     entity_counts: EntityCounts
     relationships: Relationships
+    evidence: Evidence
+    classes: AccessClasses
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays (indexes included) and of the type names."""
         counts = self.entity_counts.ids.nbytes + self.entity_counts.mentions.nbytes
-        return self.edges.nbytes + counts + self.relationships.nbytes
+        held = self.edges.nbytes + counts + self.relationships.nbytes + self.evidence.nbytes
+        return held + 64 * len(self.classes.keys)  # about, a class key
 
     def canonical(self) -> dict[str, list[tuple[Any, ...]]]:
-        """The state as comparable data (tests)."""
-        r, e = self.relationships, self.edges
+        """The state as comparable data (tests): classes by their keys (their codes depend on
+        the order they were met in)."""
+        r, e, v, keys = self.relationships, self.edges, self.evidence, self.classes.keys
         return {
             "passage_edges": list(
-                zip(e.entities.tolist(), e.chunks.tolist(), e.topics.tolist(), strict=True)
+                zip(
+                    e.entities.tolist(),
+                    e.chunks.tolist(),
+                    e.topics.tolist(),
+                    [keys[c] for c in e.classes.tolist()],
+                    e.mentions.tolist(),
+                    strict=True,
+                )
             ),
             "entities": list(
                 zip(
@@ -433,19 +626,38 @@ class MemoryGraph:
                     strict=True,
                 )
             ],
+            "evidence": sorted(
+                (i, keys[c], round(w, 9), n)
+                for i, c, w, n in zip(
+                    v.ids.tolist(),
+                    v.classes.tolist(),
+                    v.strengths.tolist(),
+                    v.counts.tolist(),
+                    strict=True,
+                )
+            ),
         }
 
 
-def _edge_rows(rows: Sequence[Any]) -> tuple[Ids, Ids, Flags]:
-    entities = _ids([int(r[0]) for r in rows])
-    chunks = _ids([int(r[1]) for r in rows])
-    return entities, chunks, np.array([bool(r[2]) for r in rows], dtype=np.bool_)
+def _edge_rows(
+    rows: Sequence[EdgeRow],
+) -> tuple[Ids, Ids, Flags, NDArray[np.int32], NDArray[np.int32]]:
+    return (
+        _ids([r[0] for r in rows]),
+        _ids([r[1] for r in rows]),
+        np.array([r[2] for r in rows], dtype=np.bool_),
+        np.array([r[3] for r in rows], dtype=np.int32),
+        np.array([r[4] for r in rows], dtype=np.int32),
+    )
 
 
 async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
-    """Every passage edge, entity and relationship, packed by the server into fixed-width
-    binary records (services/core/db/snapshots.py ``fetch_packed``: no Python object per
-    row)."""
+    """Every passage edge, entity, relationship and evidence sum, packed by the server into
+    fixed-width binary records (services/core/db/snapshots.py ``fetch_packed``: no Python
+    object per row)."""
+    classes = AccessClasses(
+        tuple(access_key(t, a) for t, a in (await conn.execute(_CLASSES)).all())
+    )
     edges = await fetch_packed(conn, _PACKED_PASSAGE_EDGES, _EDGE_ROW)
     entities = await fetch_packed(conn, _PACKED_ENTITIES, _ENTITY_ROW)
     types = [str(t) for t in (await conn.scalar(_TYPES)) or []]
@@ -464,9 +676,21 @@ async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
         entities["id"].astype(np.int64)[order], entities["mentions"].astype(np.int32)[order]
     )
     passage_edges = PassageEdges.sorted_of(
-        edges["entity"].astype(np.int64), edges["chunk"].astype(np.int64), edges["topic"]
+        edges["entity"].astype(np.int64),
+        edges["chunk"].astype(np.int64),
+        edges["topic"].astype(np.bool_),
+        edges["access"].astype(np.int32),
+        edges["n"].astype(np.int32),
     )
-    return MemoryGraph(watermark, passage_edges, counts, relationships)
+    packed = await fetch_packed(conn, _PACKED_EVIDENCE, _EVIDENCE_ROW)
+    order = np.argsort(packed["id"], kind="stable")
+    evidence = Evidence(
+        packed["id"].astype(np.int64)[order],
+        packed["access"].astype(np.int32)[order],
+        packed["strength"].astype(np.float64)[order],
+        packed["n"].astype(np.int32)[order],
+    )
+    return MemoryGraph(watermark, passage_edges, counts, relationships, evidence, classes)
 
 
 async def build(engine: AsyncEngine) -> MemoryGraph:
@@ -497,17 +721,46 @@ async def refresh(engine: AsyncEngine, held: MemoryGraph) -> MemoryGraph:
         if watermark == held.watermark:
             return held
         rows = (await conn.execute(_CHANGES, {"since": held.watermark, "until": watermark})).all()
-        nodes = _ids(sorted({int(r[1]) for r in rows if r[0] == "node"}))
-        changed_edges = _ids(sorted({int(r[1]) for r in rows if r[0] == "edge"}))
-        edges, counts = held.edges, held.entity_counts
-        if nodes.size:
-            fresh = await conn.execute(_PASSAGE_EDGES_OF, {"ids": nodes.tolist()})
-            edges = edges.replaced(nodes, fresh.all())
-            rows_of = (await conn.execute(_ENTITIES_OF, {"ids": nodes.tolist()})).all()
-            counts = counts.replaced(nodes, rows_of)
-        relationships = held.relationships
-        if changed_edges.size:
-            ids = {"ids": changed_edges.tolist()}
-            fresh_rels = (await conn.execute(_RELATIONSHIPS_OF, ids)).all()
-            relationships = relationships.replaced(changed_edges, fresh_rels)
-        return MemoryGraph(watermark, edges, counts, relationships)
+        return await _changed(conn, held, watermark, rows)
+
+
+def _changed_ids(rows: Sequence[Any], kind: str) -> Ids:
+    return _ids(sorted({int(r[1]) for r in rows if r[0] == kind}))
+
+
+async def _changed(
+    conn: AsyncConnection, held: MemoryGraph, watermark: int, rows: Sequence[Any]
+) -> MemoryGraph:
+    """``held`` with the changes ``rows`` (kind, ref_id) read again in ``conn``'s snapshot."""
+    nodes, accessed = _changed_ids(rows, "node"), _changed_ids(rows, "access")
+    changed_edges = _changed_ids(rows, "edge")
+    edges, counts, classes = held.edges, held.entity_counts, held.classes
+    if nodes.size:
+        fresh = (await conn.execute(_PASSAGE_EDGES_OF, {"ids": nodes.tolist()})).all()
+        classes, codes = classes.coded([access_key(r[3], r[4]) for r in fresh])
+        coded = [(r[0], r[1], r[2], c, r[5]) for r, c in zip(fresh, codes.tolist(), strict=True)]
+        edges = edges.replaced(nodes, coded)
+        rows_of = (await conn.execute(_ENTITIES_OF, {"ids": nodes.tolist()})).all()
+        counts = counts.replaced(nodes, rows_of)
+    if accessed.size:
+        ids = {"ids": accessed.tolist()}
+        now = sorted((await conn.execute(_CHUNK_CLASSES, ids)).all(), key=lambda r: int(r[0]))
+        classes, codes = classes.coded([access_key(r[1], r[2]) for r in now])
+        edges = edges.reclassed(_ids([r[0] for r in now]), codes)
+        evidenced = (await conn.execute(_EVIDENCED_BY, ids)).scalars().all()
+        changed_edges = np.union1d(changed_edges, _ids(evidenced))
+    relationships, evidence = held.relationships, held.evidence
+    if changed_edges.size:
+        ids = {"ids": changed_edges.tolist()}
+        fresh_rels = (await conn.execute(_RELATIONSHIPS_OF, ids)).all()
+        relationships = relationships.replaced(changed_edges, fresh_rels)
+        sums = (await conn.execute(_EVIDENCE_OF, ids)).all()
+        classes, codes = classes.coded([access_key(r[1], r[2]) for r in sums])
+        evidence = evidence.replaced(
+            changed_edges,
+            [
+                (int(r[0]), c, float(r[3]), int(r[4]))
+                for r, c in zip(sums, codes.tolist(), strict=True)
+            ],
+        )
+    return MemoryGraph(watermark, edges, counts, relationships, evidence, classes)

@@ -1,8 +1,16 @@
-"""Local mode's graph reads on the graph held in memory (graph_memory.py), for a caller who
-reads without a per-document filter (``Caller.unfiltered``): the same answers as the database
-statements of neighbourhood.py and chain_search.py give such a caller, from numpy lookups
-instead of round trips (issue 32, step 3). What memory does not hold (entity names,
+"""Local mode's graph reads on the graph held in memory (graph_memory.py): the same answers as
+the database statements of neighbourhood.py and chain_search.py give the caller, from numpy
+lookups instead of round trips (issue 32, step 3). What memory does not hold (entity names,
 relationship descriptions) is read once, at the end, for the hops a result shows.
+
+A caller who reads without a per-document filter (``Caller.unfiltered``) walks every edge. A
+restricted caller (issue 32, step 4) walks what docs/access-control.md lets it see, by its
+mask of visible access classes (``AccessClasses.visible_to``): passage edges in visible
+documents; relationships with evidence in a visible document and both ends visible, weighed
+by that evidence alone (a co-occurrence is weak on the evidence it sees); mention counts of
+visible mentions; names and descriptions rebuilt from visible mentions and evidence when
+shown. The hub rule and the bridge budget count every mention, as the statements do. A query
+with a document scope (filters) walks the database.
 
 The rules are those of the statements they replace: relationships of the seeds by weight then
 id; hubs (more than HUB_MENTIONS mentions) are not expanded; a bridge takes the other entities
@@ -12,20 +20,30 @@ against those statements by tests/integration/test_graph_walk.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.core.access import Caller
 from services.retrieval import neighbourhood
-from services.retrieval.graph_memory import Ids, MemoryGraph
-from services.retrieval.neighbourhood import LocalGraph, Relation
+from services.retrieval.graph_memory import Flags, Ids, MemoryGraph
+from services.retrieval.neighbourhood import CO_OCCURS, LocalGraph, Relation
+from services.retrieval.visibility import Filtered, entity_facts, visible_evidence
 
 # Names of the shown hops' ends and their relationships' descriptions, in one round trip.
 _SHOWN = text(
     "SELECT 'r', id, description FROM relationships WHERE id = ANY(:r)"
     " UNION ALL SELECT 'e', id, name FROM entities WHERE id = ANY(:e)"
+)
+# A restricted caller's descriptions: from the evidence it can see (names: entity_facts).
+_DESCRIBED = Filtered.of(
+    "SELECT r.id, r.description FROM relationships r WHERE r.id = ANY(:r)",
+    "SELECT r.id, v.x FROM relationships r CROSS JOIN LATERAL "  # noqa: S608 - visibility fragments are constants
+    + visible_evidence("r.id")
+    + " v WHERE r.id = ANY(:r)",
 )
 
 
@@ -38,21 +56,59 @@ def _pairs(entities: Ids, chunks: Ids) -> list[tuple[int, int]]:
 
 
 class MemoryGraphReads:
-    """neighbourhood.GraphReads on one held state (``graph``); ``conn`` only for what is shown."""
+    """neighbourhood.GraphReads on one held state (``graph``) as ``caller`` may see it (every
+    edge when None or unfiltered); ``conn`` only for what is shown."""
 
     holds_topics = True
 
-    def __init__(self, graph: MemoryGraph, conn: AsyncConnection) -> None:
+    def __init__(
+        self, graph: MemoryGraph, conn: AsyncConnection, caller: Caller | None = None
+    ) -> None:
         self.graph, self._conn = graph, conn
+        self._caller = caller if caller is not None and not caller.unfiltered else None
+        # which access classes the caller sees (None: all)
+        self._seen: Flags | None = (
+            None if self._caller is None else graph.classes.visible_to(self._caller)
+        )
+
+    def _visible(self, at: NDArray[Any]) -> NDArray[Any]:
+        """Those of the passage edges at ``at`` the caller sees."""
+        if self._seen is None:
+            return at
+        kept: NDArray[Any] = at[self._seen[self.graph.edges.classes[at]]]
+        return kept
+
+    def _visible_entities(self, entities: Ids) -> Flags:
+        """Which of ``entities`` (sorted, distinct) have a mention in a visible document."""
+        edges = self.graph.edges
+        at = self._visible(edges.of_entities(entities))
+        return np.isin(entities, edges.entities[at])
 
     async def relations(
         self, seeds: Sequence[int], hide_weak: bool, limit: int
     ) -> tuple[list[Relation], list[int]]:
         rel = self.graph.relationships
         rows = rel.touching(_unique(seeds))
-        if hide_weak:
-            rows = rows[~rel.weak[rows]]
-        rows = rows[np.lexsort((rel.ids[rows], -rel.weights[rows]))][:limit]
+        weights = rel.weights
+        if self._seen is None:
+            if hide_weak:
+                rows = rows[~rel.weak[rows]]
+            rank = rel.weights[rows]
+        else:
+            rank, count = self.graph.evidence.visible(rel.ids[rows], self._seen)
+            keep = count > 0
+            if hide_weak:
+                co_occurs = rel.vocabulary.index(CO_OCCURS) if CO_OCCURS in rel.vocabulary else -1
+                keep &= ~((rel.types[rows] == co_occurs) & (count <= 1))
+            rows, rank = rows[keep], rank[keep]
+            ends = _unique(np.concatenate([rel.sources[rows], rel.targets[rows]]))
+            shown = ends[self._visible_entities(ends)]
+            keep = np.isin(rel.sources[rows], shown) & np.isin(rel.targets[rows], shown)
+            rows, rank = rows[keep], rank[keep]
+            weights = np.zeros(len(rel.ids), dtype=np.float64)
+            weights[rows] = rank
+        chosen = np.lexsort((rel.ids[rows], -rank))[:limit]
+        rows = rows[chosen]
         names = rel.vocabulary
         relations = [
             (s, t, names[k], w, "")
@@ -60,7 +116,7 @@ class MemoryGraphReads:
                 rel.sources[rows].tolist(),
                 rel.targets[rows].tolist(),
                 rel.types[rows].tolist(),
-                rel.weights[rows].tolist(),
+                weights[rows].tolist(),
                 strict=True,
             )
         ]
@@ -80,7 +136,7 @@ class MemoryGraphReads:
 
     async def mentions_of(self, entities: Sequence[int] | Ids) -> list[tuple[int, int]]:
         edges = self.graph.edges
-        at = edges.of_entities(_unique(entities))
+        at = self._visible(edges.of_entities(_unique(entities)))
         return _pairs(edges.entities[at], edges.chunks[at])
 
     async def bridge_step(
@@ -89,7 +145,7 @@ class MemoryGraphReads:
         if not len(chunks):
             return []
         edges = self.graph.edges
-        others = np.unique(edges.entities[edges.of_chunks(_unique(chunks))])
+        others = np.unique(edges.entities[self._visible(edges.of_chunks(_unique(chunks)))])
         others = others[~np.isin(others, _unique(known))]
         ids, counts = self._not_hubs(others)
         links = np.cumsum(counts, dtype=np.int64)  # rarest first: a prefix stays in budget
@@ -99,12 +155,19 @@ class MemoryGraphReads:
         if not len(chunks):
             return []
         edges = self.graph.edges
-        at = edges.of_chunks(_unique(chunks))
+        at = self._visible(edges.of_chunks(_unique(chunks)))
         at = at[edges.topics[at]]
         return list(zip(edges.chunks[at].tolist(), edges.entities[at].tolist(), strict=True))
 
     async def names_of(self, entities: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
         ids, counts = self.graph.entity_counts.of(_unique(entities))
+        if self._seen is not None:  # visible mentions only, and entities that have some
+            edges = self.graph.edges
+            at = self._visible(edges.of_entities(ids))
+            group = np.searchsorted(ids, edges.entities[at])
+            seen = np.bincount(group, weights=edges.mentions[at], minlength=len(ids))
+            keep = seen > 0
+            ids, counts = ids[keep], seen[keep].astype(np.int64)
         listed = ids.tolist()
         return dict.fromkeys(listed, ""), dict(zip(listed, counts.tolist(), strict=True))
 
@@ -114,9 +177,16 @@ class MemoryGraphReads:
         if not ids:
             return
         ends = sorted({e for s, t, *_ in hood.relations[:shown] for e in (s, t)})
-        found = (await self._conn.execute(_SHOWN, {"r": ids, "e": ends})).all()
-        described = {int(i): str(d or "") for kind, i, d in found if kind == "r"}
-        hood.names.update({int(i): str(n) for kind, i, n in found if kind == "e"})
+        if self._caller is None:
+            found = (await self._conn.execute(_SHOWN, {"r": ids, "e": ends})).all()
+            described = {int(i): str(d or "") for kind, i, d in found if kind == "r"}
+            hood.names.update({int(i): str(n) for kind, i, n in found if kind == "e"})
+        else:
+            statement = _DESCRIBED.bind(self._caller, {"r": ids})
+            rows = (await self._conn.execute(*statement)).all()
+            described = {int(i): str(d or "") for i, d in rows}
+            facts = await entity_facts(self._conn, self._caller, ends)
+            hood.names.update({e: f.name for e, f in facts.items()})
         hood.relations[:shown] = [
             (s, t, y, w, described.get(i, ""))
             for (s, t, y, w, _), i in zip(hood.relations[:shown], ids, strict=True)

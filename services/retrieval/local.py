@@ -125,12 +125,12 @@ async def local_search(
     what the caller can see. The walk restarts from the seeds; with re-seeding, a second
     walk also restarts from the bridge entities of the fused top. Chains start at the fused
     top, or continue from ``chain_start`` (a follow-up search). The graph is read from
-    ``memory`` (the process's held graph) for a caller who reads without a per-document
-    filter, else from the database as the caller sees it."""
+    ``memory`` (the process's held graph) as the caller may see it (graph_walk.py), unless the
+    query has a document scope (filters): then from the database, as the caller sees it."""
     depth = max(3 * k, 30)
     reads: neighbourhood.GraphReads = (
-        MemoryGraphReads(memory, conn)
-        if memory is not None and caller.unfiltered
+        MemoryGraphReads(memory, conn, caller)
+        if memory is not None and caller.scope is None
         else neighbourhood.DbGraphReads(conn, caller)
     )
     hood = await neighbourhood.around(

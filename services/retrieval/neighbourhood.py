@@ -26,6 +26,9 @@ from services.retrieval.visibility import (
 HUB_MENTIONS = 200  # entities mentioned more often than this are not expanded through
 MAX_BRIDGE_MENTIONS = 4000  # passage links each step reads (rarest entities first)
 SHOWN_HOPS = 10  # relations a local result shows as its hops
+# The indexer's co-occurrence type (services/core/extraction.py, not imported: it loads spaCy),
+# weak with one piece of evidence.
+CO_OCCURS = "co_occurs"
 
 Relation = tuple[int, int, str, float, str]  # source, target, type, weight, description
 
@@ -84,7 +87,7 @@ RELATIONSHIPS = Filtered.of(
 # count would tell it whether documents it cannot read evidence an edge).
 STRONG_RELATIONSHIPS = Filtered.of(
     _RELATIONSHIPS_ADMIN.format(strong=" AND NOT r.weak"),
-    _RELATIONSHIPS_VISIBLE.format(strong=" AND NOT (r.type = 'co_occurs' AND v.n <= 1)"),
+    _RELATIONSHIPS_VISIBLE.format(strong=f" AND NOT (r.type = '{CO_OCCURS}' AND v.n <= 1)"),
 )
 
 
@@ -147,7 +150,7 @@ _NAMES = text("SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)")
 @runtime_checkable
 class GraphReads(Protocol):
     """What local mode reads of the graph: from the database for any caller (``DbGraphReads``)
-    or from the graph held in memory for an unfiltered one (graph_walk.py)."""
+    or from the graph held in memory (graph_walk.py)."""
 
     holds_topics: bool  # ``about`` costs no round trip: statements need not read it too
 

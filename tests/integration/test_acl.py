@@ -9,6 +9,7 @@ must be traceable to a visible document."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Iterable
@@ -37,6 +38,7 @@ from services.query_api.app import create_app
 from services.query_api.auth import get_caller
 from services.retrieval import service as service_module
 from services.retrieval import vector, visibility
+from services.retrieval.compose import graph_holder
 from services.retrieval.filters import Filters
 from services.retrieval.llm import OpenAIChat
 from services.retrieval.schemas import QueryRequest
@@ -188,11 +190,22 @@ class Env:
         return self.service.engine
 
     async def assign(self, access: dict[str, Access]) -> None:
+        """Set documents' tenants and ACLs, and log the access change of their chunks as the
+        indexer does (graph_store/changes.py ``log_access``), which the held graph follows."""
         async with self.engine.begin() as conn:
             await conn.execute(
                 text("UPDATE documents SET tenant = :t, acl = :a WHERE doc_id = :d"),
                 [{"d": d, "t": t, "a": a} for d, (t, a) in access.items()],
             )
+            await conn.execute(
+                text(
+                    "INSERT INTO graph_changes (kind, ref_id, op, doc_id)"
+                    " SELECT 'access', id, 'change', doc_id FROM chunks WHERE doc_id = ANY(:d)"
+                ),
+                {"d": sorted(access)},
+            )
+        assert self.service.graph is not None
+        await self.service.graph.caught_up()
 
     async def describe(self, described: dict[str, tuple[dict[str, Any], datetime]]) -> None:
         """Set each document's metadata and occurred_at (what filters read, live)."""
@@ -274,7 +287,11 @@ async def env(
 ) -> AsyncIterator[Env]:
     url = clone_database(community_db, community_db.rsplit("/", 1)[1])
     settings = Settings(home=infra.home, database_url=url, kafka_bootstrap_servers=infra.bootstrap)
-    service = build_query_service(settings, make_engine(url), embedder, extractor, cpu_pool)
+    holder = graph_holder(settings, url)  # local mode walks the held graph, as the API does
+    service = build_query_service(
+        settings, make_engine(url), embedder, extractor, cpu_pool, graph=holder
+    )
+    await holder.caught_up()
     app = _app(url, infra, service)
     box = CallerBox()
     app.dependency_overrides[get_caller] = lambda: box.caller
@@ -287,6 +304,7 @@ async def env(
     ):
         corpus = await _corpus(service.engine)
         yield Env(client, service, corpus, box, keyed_client, keyed)
+    await asyncio.to_thread(holder.close)
     await service.engine.dispose()
 
 
@@ -725,6 +743,25 @@ async def test_global_map_reduce_sends_the_llm_only_visible_communities(
     for body in sent:
         assert summary[songs] not in body
         oracle.no_hidden_text(body)
+
+
+@HALF
+@given(data=st.data())
+async def test_a_restricted_walk_in_memory_equals_the_database(
+    env: Env, walks: list[int], data: st.DataObject
+) -> None:
+    """Local mode walks the held graph for a restricted caller (issue 32, step 4) and answers
+    what walking the database answers it: contexts, paths, routes, grounding and answer."""
+    access, caller = data.draw(scenarios(env.corpus.docs), label="scenario")
+    await env.assign(access)
+    for question in data.draw(st.lists(st.sampled_from(QUESTIONS), min_size=1, max_size=2)):
+        walks.clear()
+        held = _answers(await env.ask(caller, question=question, mode="local"))
+        assert walks or not held["grounded"], "the local query did not walk the held graph"
+        with pytest.MonkeyPatch.context() as patched:  # no held graph: walk the database
+            patched.setattr(QueryService, "held_graph", lambda _self, _req: None)
+            walked = _answers(await env.ask(caller, question=question, mode="local"))
+        assert held == walked
 
 
 def _filtered_reads_only(monkeypatch: pytest.MonkeyPatch) -> None:

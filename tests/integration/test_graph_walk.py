@@ -1,10 +1,13 @@
 """Local mode's graph reads from memory (services/retrieval/graph_walk.py) answer what the
-database statements (neighbourhood.DbGraphReads) answer a caller who sees everything, on the
-48-document sample: every read, for drawn seed sets and passage sets, with the hub and bridge
-bounds as set and small enough that the sample meets them."""
+database statements (neighbourhood.DbGraphReads) answer, on the 48-document sample: a caller who
+sees everything, and a restricted caller over drawn tenants and ACLs; every read, for drawn seed
+sets and passage sets, with the hub and bridge bounds as set and small enough that the sample
+meets them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,6 +20,8 @@ from services.core.db.engine import make_engine
 from services.retrieval import graph_memory, neighbourhood
 from services.retrieval.graph_walk import MemoryGraphReads
 from tests.integration.test_graph_properties import _run
+from tests.support.graph import drop_database
+from tests.support.query_fixtures import clone_database
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +59,49 @@ def sample_ids(sample_db: str) -> tuple[list[int], list[int]]:
     return _run(_ids(sample_db))
 
 
+def _drawn(
+    data: st.DataObject, entities: list[int], chunks: list[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """Seeds, passages and known entities to read from."""
+    seeds = data.draw(st.lists(st.sampled_from(entities), min_size=1, max_size=4, unique=True))
+    passages = data.draw(st.lists(st.sampled_from(chunks), max_size=6, unique=True))
+    known = data.draw(st.lists(st.sampled_from(entities), max_size=20, unique=True))
+    return seeds, passages, known
+
+
+@contextmanager
+def _bounds(hub: int, budget: int) -> Iterator[None]:
+    saved = neighbourhood.HUB_MENTIONS, neighbourhood.MAX_BRIDGE_MENTIONS
+    neighbourhood.HUB_MENTIONS, neighbourhood.MAX_BRIDGE_MENTIONS = hub, budget
+    try:
+        yield
+    finally:
+        neighbourhood.HUB_MENTIONS, neighbourhood.MAX_BRIDGE_MENTIONS = saved
+
+
+async def _steps_agree(
+    db: neighbourhood.DbGraphReads,
+    memory: MemoryGraphReads,
+    seeds: list[int],
+    known: list[int],
+    passages: list[int],
+) -> None:
+    """Each read but ``relations`` answers the same from both sides."""
+    for name, args in [
+        ("not_hubs", (seeds + known,)),
+        ("mentions_of", (seeds,)),
+        ("bridge_step", (passages, known)),
+        ("about", (passages,)),
+    ]:
+        a, b = [await getattr(r, name)(*args) for r in (db, memory)]
+        if name == "about":  # the statement reads the titles of any passage it is given (a
+            # walk gives it visible ones only); memory keeps the visible ones itself
+            visible = {c for _, c in await db.mentions_of(sorted({e for _, e in a}))}
+            a = [(c, e) for c, e in a if c in visible]
+        ordered = name == "not_hubs"  # rarest first; the others are sets of pairs
+        assert (a if ordered else sorted(a)) == (b if ordered else sorted(b)), name
+
+
 @settings(max_examples=25, deadline=None)
 @given(data=st.data(), bounds=st.sampled_from(BOUNDS), hide_weak=st.booleans())
 def test_memory_reads_equal_the_database_statements(
@@ -64,15 +112,11 @@ def test_memory_reads_equal_the_database_statements(
     hide_weak: bool,
 ) -> None:
     entities, chunks = sample_ids
-    seeds = data.draw(st.lists(st.sampled_from(entities), min_size=1, max_size=4, unique=True))
-    passages = data.draw(st.lists(st.sampled_from(chunks), max_size=6, unique=True))
-    known = data.draw(st.lists(st.sampled_from(entities), max_size=20, unique=True))
+    seeds, passages, known = _drawn(data, entities, chunks)
     hub, budget = bounds
 
     async def go() -> None:
         engine = make_engine(sample_db)
-        saved = neighbourhood.HUB_MENTIONS, neighbourhood.MAX_BRIDGE_MENTIONS
-        neighbourhood.HUB_MENTIONS, neighbourhood.MAX_BRIDGE_MENTIONS = hub, budget
         try:
             held = await graph_memory.build(engine)
             async with engine.connect() as conn:
@@ -85,15 +129,7 @@ def test_memory_reads_equal_the_database_statements(
                     for r in (db, memory)
                 ]
                 assert got[0] == got[1]
-                for name, args in [
-                    ("not_hubs", (seeds + known,)),
-                    ("mentions_of", (seeds,)),
-                    ("bridge_step", (passages, known)),
-                    ("about", (passages,)),
-                ]:
-                    a, b = [await getattr(r, name)(*args) for r in (db, memory)]
-                    ordered = name == "not_hubs"  # rarest first; the others are sets of pairs
-                    assert (a if ordered else sorted(a)) == (b if ordered else sorted(b)), name
+                await _steps_agree(db, memory, seeds, known, passages)
                 shown_db = await neighbourhood.around(db, seeds, hide_weak=hide_weak)
                 shown_memory = await neighbourhood.around(memory, seeds, hide_weak=hide_weak)
                 await memory.describe(shown_memory, neighbourhood.SHOWN_HOPS)
@@ -103,7 +139,96 @@ def test_memory_reads_equal_the_database_statements(
                     assert shown_memory.names[s] == shown_db.names[s]
                     assert shown_memory.names[t] == shown_db.names[t]
         finally:
-            neighbourhood.HUB_MENTIONS, neighbourhood.MAX_BRIDGE_MENTIONS = saved
             await engine.dispose()
 
-    _run(go())
+    with _bounds(hub, budget):
+        _run(go())
+
+
+# Restricted callers (issue 32, step 4): the sample with drawn tenants and ACLs, a caller of
+# drawn tenant and groups; memory walks by its mask of access classes, the database by the
+# visibility predicate.
+GROUPS = ("g1", "g2")
+ACCESS = st.tuples(
+    st.sampled_from([None, "t1"]),
+    st.one_of(
+        st.none(),
+        st.just([]),
+        st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2, unique=True),
+    ),
+)
+
+
+async def _docs(url: str) -> list[str]:
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(text("SELECT doc_id FROM documents ORDER BY 1"))).all()
+        return [str(r[0]) for r in rows]
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def restricted_db(sample_db: str) -> Any:
+    url = clone_database(sample_db, sample_db.rsplit("/", 1)[1])
+    yield url, _run(_docs(url))
+    drop_database(url)
+
+
+def _weighed(relations: list[neighbourhood.Relation]) -> list[tuple[Any, ...]]:
+    """Relations by weight (summed in another order by each side: equal to 9 digits), then
+    ends and type."""
+    return sorted((-round(w, 9), s, t, y) for s, t, y, w, _ in relations)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), bounds=st.sampled_from(BOUNDS), hide_weak=st.booleans())
+def test_a_restricted_callers_memory_reads_equal_its_database_statements(
+    restricted_db: tuple[str, list[str]],
+    sample_ids: tuple[list[int], list[int]],
+    data: st.DataObject,
+    bounds: tuple[int, int],
+    hide_weak: bool,
+) -> None:
+    url, docs = restricted_db
+    entities, chunks = sample_ids
+    access = {d: data.draw(ACCESS) for d in docs}
+    caller = Caller(
+        tenant=data.draw(st.sampled_from([None, "t1"])),
+        groups=data.draw(st.frozensets(st.sampled_from(GROUPS))),
+    )
+    seeds, passages, known = _drawn(data, entities, chunks)
+    hub, budget = bounds
+
+    async def go() -> None:
+        engine = make_engine(url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text("UPDATE documents SET tenant = :t, acl = :a WHERE doc_id = :d"),
+                    [{"d": d, "t": t, "a": a} for d, (t, a) in access.items()],
+                )
+            held = await graph_memory.build(engine)
+            async with engine.connect() as conn:
+                db = neighbourhood.DbGraphReads(conn, caller)
+                memory = MemoryGraphReads(held, conn, caller)
+                hoods = [
+                    await neighbourhood.around(r, seeds, hide_weak=hide_weak) for r in (db, memory)
+                ]
+                assert _weighed(hoods[0].relations) == _weighed(hoods[1].relations)
+                assert sorted(hoods[0].mentions) == sorted(hoods[1].mentions)
+                assert sorted(hoods[0].names) == sorted(hoods[1].names)
+                assert hoods[0].mention_counts == hoods[1].mention_counts
+                await _steps_agree(db, memory, seeds, known, passages)
+                await memory.describe(hoods[1], neighbourhood.SHOWN_HOPS)
+                shown = {(s, t, y): x for s, t, y, _, x in hoods[0].relations}
+                for s, t, y, _, x in hoods[1].relations[: neighbourhood.SHOWN_HOPS]:
+                    assert shown[(s, t, y)] == x
+                    assert hoods[1].names[s] == hoods[0].names[s]
+                    assert hoods[1].names[t] == hoods[0].names[t]
+        finally:
+            await engine.dispose()
+
+    with _bounds(hub, budget):
+        _run(go())

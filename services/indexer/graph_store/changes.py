@@ -66,3 +66,17 @@ async def log_changes(
     else:
         await insert_rows(conn, _CHANGES, rows)
     return len(rows)
+
+
+# The chunks of a document whose tenant or ACL changed: the query processes' held graphs
+# re-read their access class (services/retrieval/graph_memory.py). Not a change of the graph:
+# the change ratio and the communities count nodes and edges only.
+_LOG_ACCESS = text(
+    "INSERT INTO graph_changes (kind, ref_id, op, doc_id, event_id)"
+    " SELECT 'access', id, 'change', doc_id, :e FROM chunks WHERE doc_id = :d"
+)
+
+
+async def log_access(conn: AsyncConnection, doc_id: str, event_id: str) -> None:
+    """Log an access change for every chunk the document has now."""
+    await conn.execute(_LOG_ACCESS, {"d": doc_id, "e": event_id})

@@ -22,7 +22,7 @@ from services.indexer.documents import (
     update_attributes,
     write_document,
 )
-from services.indexer.graph_store.changes import ChangeSet, log_changes
+from services.indexer.graph_store.changes import ChangeSet, log_access, log_changes
 from services.indexer.graph_store.chunks import (
     AliasRow,
     clear_extraction,
@@ -36,7 +36,7 @@ from services.indexer.graph_store.entities import resolve_entities
 from services.indexer.graph_store.history import keep_changed_document, keep_replaced
 from services.indexer.graph_store.rebuild import rebuild
 from services.indexer.graph_store.relationships import add_relationships
-from services.indexer.ordering import decide_delete, decide_upsert, moves_tenant
+from services.indexer.ordering import decide_delete, decide_upsert, moves_access, moves_tenant
 from services.indexer.write_plan import WritePlan
 
 
@@ -66,6 +66,8 @@ async def write_upsert(
                 days=deps.history_days,
             )
             if await update_attributes(conn, event):
+                if moves_access(stored, event):
+                    await log_access(conn, event.doc_id, event.event_id)
                 await set_outcome(conn, event.event_id, "applied")
                 return "applied"
         if decision != "apply":
@@ -101,6 +103,8 @@ async def write_upsert(
         # Rules 4 and 5, last: the shared rows stay locked from here to commit.
         await rebuild(conn, ents, rels, changes, removed_evidence=bool(removed), aliases=aliases)
         await log_changes(conn, changes, event.doc_id, event.event_id)
+        if moves_access(stored, event):  # its kept chunks are seen by others now
+            await log_access(conn, event.doc_id, event.event_id)
         await set_outcome(conn, event.event_id, "applied")
     deps.observer.chunks(reused=len(plan.kept), embedded=len(plan.new))
     return "applied"
