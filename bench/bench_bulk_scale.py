@@ -5,7 +5,7 @@ table and the peak memory of every process.
 
     .venv/bin/python bench/bench_bulk_scale.py --documents 38000 --home /var/tmp/kg-bulk-38k
         [--seed 7] [--questions 100] [--runs 3] [--out report.json]
-        [--skip-build] [--skip-recompute]
+        [--skip-build] [--skip-recompute] [--hide-share 0.5]
 
 Every phase runs in its own process (the builder, the recompute, the queries) while this one
 samples, every second, that process's VmRSS and PostgreSQL's PSS (postmaster and backends,
@@ -22,6 +22,11 @@ here and stopped at the end, its data kept (``--skip-build`` measures an existin
   users get); ``--runs`` passes, the median of each percentile reported; then one profiling
   pass per mode and caller (bench/_statement_profile.py: the costliest statements, planned).
 Retrieval quality means nothing here (the chunk vectors are a random projection).
+
+The synthetic documents have no ACLs, so the anonymous caller sees every one and reads as the
+operator (services/retrieval/visibility.py ``widened``). ``--hide-share F`` gives a fraction F
+of them (by a hash of the id) an ACL the anonymous caller lacks for the query phase, making it
+a caller who truly sees part of the corpus, and takes the ACL away again at the end.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -137,6 +144,27 @@ def _phase(args: argparse.Namespace) -> None:
     print(json.dumps(report))
 
 
+HIDDEN = "kgstream-bench-hidden"  # the group of the documents --hide-share hides
+
+
+def _hide(url: str, share: float) -> int:
+    """Give about ``share`` of the documents (an id hash) an ACL of HIDDEN; their count."""
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        rows = conn.execute(
+            "UPDATE documents SET acl = ARRAY[%s] WHERE acl IS NULL"
+            " AND abs(hashtext(doc_id)::bigint) %% 10000 < %s",
+            (HIDDEN, round(share * 10000)),
+        ).rowcount
+        conn.execute("ANALYZE documents")
+    return rows
+
+
+def _unhide(url: str) -> None:
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        conn.execute("UPDATE documents SET acl = NULL WHERE acl = ARRAY[%s]", (HIDDEN,))
+        conn.execute("ANALYZE documents")
+
+
 def _quarter_of_memory() -> str:
     """25% of this machine's memory, in MB (PostgreSQL's guide for shared_buffers)."""
     total_kb = int(Path("/proc/meminfo").read_text().split()[1])  # MemTotal, first line
@@ -189,6 +217,13 @@ def main() -> None:
         default="on",
         help="local mode walks the held graph (as the API, default) or the database",
     )
+    parser.add_argument(
+        "--hide-share",
+        type=float,
+        default=0.0,
+        help="for the queries, this share of the documents gets an ACL the anonymous caller "
+        "lacks (it then sees part of the corpus); taken away at the end",
+    )
     parser.add_argument("--phase", choices=("recompute", "queries"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
@@ -240,8 +275,12 @@ def run(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
         flags += ["--no-profile"] if args.no_profile else []
         flags += ["--modes", args.modes, "--callers", args.callers]
         flags += ["--graph-memory", args.graph_memory]
+        if args.hide_share:
+            report["hidden_documents"] = _hide(url, args.hide_share)
         report["queries"] = _child([me, *common, *flags, "--phase", "queries"], url, postmaster)
     finally:
+        if args.hide_share:
+            _unhide(url)
         load.append(Path("/proc/loadavg").read_text().split()[:3])
         report["loadavg_before_after"] = load
         save()

@@ -276,8 +276,15 @@ async def test_an_acl_change_with_unchanged_content_applies(deps: IndexerDeps) -
     # An older replay cannot undo it, and an identical upsert changes nothing.
     assert await handle_record(deps, record({**v1, "event_id": "e1-late"})) == "stale"
     assert await handle_record(deps, record({**v2, "event_id": "e2-again"})) == "unchanged"
-    changes = await rows(deps, "SELECT count(DISTINCT event_id) FROM graph_changes")
-    assert changes[0][0] == 1  # only the first version touched the graph
+    changes = await rows(
+        deps, "SELECT kind, count(DISTINCT event_id) FROM graph_changes GROUP BY kind ORDER BY 1"
+    )
+    chunks = await rows(deps, "SELECT count(*) FROM chunks WHERE doc_id = 'doc-curie'")
+    access = await rows(deps, "SELECT count(*) FROM graph_changes WHERE event_id = 'e2'")
+    # only the first version touched the graph; the second logged its chunks' access change
+    # for the query processes' held graphs, and nothing else
+    assert dict(changes) == {"access": 1, "edge": 1, "node": 1}
+    assert access == chunks
 
 
 async def test_a_document_over_the_chunk_bound_is_dead_lettered_alone(deps: IndexerDeps) -> None:

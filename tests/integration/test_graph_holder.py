@@ -1,9 +1,9 @@
 """The graph a query process holds (services/retrieval/graph_holder.py) on the 48-document
 sample: local mode walking it answers every sample question as local mode walking the database
-does (the same passages in the same order, the same hops and answer), for the callers it serves
-(an operator) and not for the others (a restricted caller, a query waiting for an event walk
-the database); after a delete, a refresh brings it back to what the database answers; started,
-it builds in the background and closes."""
+does (the same passages in the same order, the same hops and answer), for an operator and for a
+restricted caller once an ACL change reached it (a query with filters, or waiting for an event,
+walks the database); after a delete, a refresh brings it back to what the database answers;
+started, it builds in the background and closes."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from services.core.settings import Settings
 from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
 from services.retrieval.compose import graph_holder
+from services.retrieval.filters import Filters, Range
 from services.retrieval.graph_holder import holding
 from services.retrieval.schemas import QueryRequest
 from services.retrieval.service import build_query_service
@@ -109,13 +110,25 @@ async def test_local_mode_on_the_held_graph_answers_as_on_the_database(
                 text("UPDATE documents SET acl = ARRAY['hr'] WHERE doc_id = :d"),
                 {"d": _gold_of_first_question()},
             )
+            await conn.execute(  # as the indexer logs it (graph_store/changes.py log_access)
+                text(
+                    "INSERT INTO graph_changes (kind, ref_id, op, doc_id)"
+                    " SELECT 'access', id, 'change', doc_id FROM chunks WHERE doc_id = :d"
+                ),
+                {"d": _gold_of_first_question()},
+            )
+        await holder.caught_up()
         restricted = Caller(groups=frozenset({"sales"}))
         req = QueryRequest(question=QUESTIONS[0], mode="local", k=10, explain=True)
         by_database, by_memory = await both(req, restricted)
         assert by_memory == by_database
+        assert len(walks) == walked + 1  # the restricted caller walked the held graph
+        scoped = req.model_copy(update={"filters": Filters(occurred_at=Range(gte="1900-01-01"))})
+        by_database, by_memory = await both(scoped, restricted)
+        assert by_memory == by_database
+        assert len(walks) == walked + 1  # a query with filters walked the database
         waiting = req.model_copy(update={"after_event": "holder-never"})
         assert held.held_graph(waiting) is None
-        assert len(walks) == walked  # the restricted caller walked the database
 
         # A delete: the held state is behind until it refreshes, then answers as the database.
         before = holder.current()
