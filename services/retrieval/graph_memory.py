@@ -89,9 +89,8 @@ _EVIDENCED_BY = text(
 # them), one bytea per group of at most 2^20 keys; a relationship's type as its index in _TYPES,
 # a document's access class as its index in _CLASSES (read in the same snapshot, in the order
 # the codes are ranked in).
-_EDGE_ROW = np.dtype(
-    [("entity", ">i8"), ("chunk", ">i8"), ("topic", "?"), ("access", ">i4"), ("n", ">i4")]
-)
+_EDGE_ROW = np.dtype([("entity", ">i8"), ("chunk", ">i8"), ("topic", "?"), ("n", ">i4")])
+_CHUNK_ROW = np.dtype([("id", ">i8"), ("access", ">i4")])
 _ENTITY_ROW = np.dtype([("id", ">i8"), ("mentions", ">i4")])
 _REL_ROW = np.dtype(
     [
@@ -101,31 +100,37 @@ _REL_ROW = np.dtype(
         ("weight", ">f8"),
         ("type", ">i4"),
         ("weak", "?"),
+        ("n", ">i4"),
     ]
 )
-_EVIDENCE_ROW = np.dtype([("id", ">i8"), ("access", ">i4"), ("strength", ">f8"), ("n", ">i4")])
+_EVIDENCE_ROW = np.dtype([("id", ">i8"), ("chunk", ">i8"), ("strength", ">f8")])
 # (tenant NULLS FIRST, acl NULLS FIRST): the order _CLASSES lists the classes in and
-# _PACKED_PASSAGE_EDGES / _PACKED_EVIDENCE rank their codes by (k: each document's code).
+# _PACKED_CHUNK_CLASSES ranks their codes by (k: each document's code). A passage edge's and an
+# evidence row's class is their chunk's, looked up in numpy: joining the millions of mentions
+# and evidence rows to their documents in SQL tripled the build's time at 1M entities.
 _CLASSES = text(
     "SELECT tenant, acl FROM documents GROUP BY tenant, acl"
     " ORDER BY tenant NULLS FIRST, acl NULLS FIRST"
 )
-_PACKED_PASSAGE_EDGES = (
+_PACKED_CHUNK_CLASSES = (
     "WITH k AS (SELECT doc_id, (dense_rank() OVER"
     " (ORDER BY tenant NULLS FIRST, acl NULLS FIRST) - 1)::int AS code FROM documents)"
-    " SELECT count(*), string_agg(int8send(entity_id) || int8send(chunk_id) || boolsend(topic)"
-    " || int4send(code) || int4send(n), ''::bytea) FROM (SELECT m.entity_id, m.chunk_id,"
-    " bool_or(m.start_char = -1) AS topic, min(k.code) AS code, count(*)::int AS n"
-    " FROM mentions m JOIN k ON k.doc_id = m.doc_id GROUP BY m.entity_id, m.chunk_id) m"
-    " GROUP BY entity_id >> 20"
+    " SELECT count(*), string_agg(int8send(c.id) || int4send(k.code), ''::bytea)"
+    " FROM chunks c JOIN k ON k.doc_id = c.doc_id GROUP BY c.id >> 20"
 )
+_PACKED_PASSAGE_EDGES = (
+    "SELECT count(*), string_agg(int8send(entity_id) || int8send(chunk_id) || boolsend(topic)"
+    " || int4send(n), ''::bytea) FROM (SELECT entity_id, chunk_id,"
+    " bool_or(start_char = -1) AS topic, count(*)::int AS n FROM mentions"
+    " GROUP BY entity_id, chunk_id) m GROUP BY entity_id >> 20"
+)
+# Read only when documents fall into more than one class: with one, every relationship's
+# evidence is in it, and its sum and count are the relationship's weight and evidence_count
+# (the indexer keeps them so: graph_store/rebuild.py).
 _PACKED_EVIDENCE = (
-    "WITH k AS (SELECT doc_id, (dense_rank() OVER"
-    " (ORDER BY tenant NULLS FIRST, acl NULLS FIRST) - 1)::int AS code FROM documents)"
-    " SELECT count(*), string_agg(int8send(id) || int4send(code) || float8send(w)"
-    " || int4send(n), ''::bytea) FROM (SELECT ev.relationship_id AS id, k.code,"
-    " sum(ev.strength)::float8 AS w, count(*)::int AS n FROM relationship_evidence ev"
-    " JOIN k ON k.doc_id = ev.doc_id GROUP BY ev.relationship_id, k.code) e GROUP BY id >> 20"
+    "SELECT count(*), string_agg(int8send(relationship_id) || int8send(chunk_id)"
+    " || float8send(strength), ''::bytea) FROM relationship_evidence"
+    " GROUP BY relationship_id >> 20"
 )
 _PACKED_ENTITIES = (
     "SELECT count(*), string_agg(int8send(id) || int4send(mention_count), ''::bytea)"
@@ -137,8 +142,9 @@ _PACKED_RELATIONSHIPS = (
     "WITH t AS (SELECT type, (n - 1)::int AS code"
     " FROM unnest(%s::text[]) WITH ORDINALITY AS u(type, n))"
     " SELECT count(*), string_agg(int8send(r.id) || int8send(r.source_id)"
-    " || int8send(r.target_id) || float8send(r.weight) || int4send(t.code) || boolsend(r.weak),"
-    " ''::bytea) FROM relationships r JOIN t USING (type) GROUP BY r.id >> 20"
+    " || int8send(r.target_id) || float8send(r.weight) || int4send(t.code) || boolsend(r.weak)"
+    " || int4send(r.evidence_count), ''::bytea) FROM relationships r JOIN t USING (type)"
+    " GROUP BY r.id >> 20"
 )
 _TOP = text("SELECT max(id) FROM graph_changes")
 _CHANGES = text(
@@ -540,6 +546,40 @@ class Evidence:
             np.array([r[3] for r in rows], dtype=np.int32),
         )
 
+    @classmethod
+    def of_one_class(
+        cls, ids: NDArray[Any], weights: NDArray[Any], counts: NDArray[Any]
+    ) -> Evidence:
+        """Every document in class 0: each relationship's evidence is its weight and count."""
+        order = np.argsort(ids, kind="stable")
+        order = order[np.asarray(counts)[order] > 0]
+        return cls(
+            np.asarray(ids, dtype=np.int64)[order],
+            np.zeros(len(order), dtype=np.int32),
+            np.asarray(weights, dtype=np.float64)[order],
+            np.asarray(counts, dtype=np.int32)[order],
+        )
+
+    @classmethod
+    def summed(
+        cls, ids: Ids, classes: NDArray[np.int32], strengths: NDArray[np.float64]
+    ) -> Evidence:
+        """From evidence rows (relationship, class, strength): summed and counted per
+        (relationship, class)."""
+        order = np.lexsort((classes, ids))
+        ids, classes, strengths = ids[order], classes[order], strengths[order]
+        first = np.ones(len(ids), dtype=np.bool_)
+        first[1:] = (ids[1:] != ids[:-1]) | (classes[1:] != classes[:-1])
+        starts = np.flatnonzero(first)
+        if not starts.size:
+            return cls.of([])
+        return cls(
+            ids[starts],
+            classes[starts],
+            np.add.reduceat(strengths, starts),
+            np.diff(np.append(starts, len(ids))).astype(np.int32),
+        )
+
     def replaced(self, changed: Ids, rows: Sequence[tuple[int, int, float, int]]) -> Evidence:
         """The rows of ``changed`` relationships (sorted, distinct) replaced by ``rows``."""
         fresh = Evidence.of(rows)
@@ -658,6 +698,14 @@ async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
     classes = AccessClasses(
         tuple(access_key(t, a) for t, a in (await conn.execute(_CLASSES)).all())
     )
+    coded = await fetch_packed(conn, _PACKED_CHUNK_CLASSES, _CHUNK_ROW)
+    order = np.argsort(coded["id"], kind="stable")
+    chunk_ids, chunk_classes = coded["id"].astype(np.int64)[order], coded["access"][order]
+    del coded
+
+    def class_of(chunks: Ids) -> NDArray[np.int32]:
+        return chunk_classes[np.searchsorted(chunk_ids, chunks)].astype(np.int32)
+
     edges = await fetch_packed(conn, _PACKED_PASSAGE_EDGES, _EDGE_ROW)
     entities = await fetch_packed(conn, _PACKED_ENTITIES, _ENTITY_ROW)
     types = [str(t) for t in (await conn.scalar(_TYPES)) or []]
@@ -675,21 +723,23 @@ async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
     counts = EntityCounts(
         entities["id"].astype(np.int64)[order], entities["mentions"].astype(np.int32)[order]
     )
+    edge_chunks = edges["chunk"].astype(np.int64)
     passage_edges = PassageEdges.sorted_of(
         edges["entity"].astype(np.int64),
-        edges["chunk"].astype(np.int64),
+        edge_chunks,
         edges["topic"].astype(np.bool_),
-        edges["access"].astype(np.int32),
+        class_of(edge_chunks),
         edges["n"].astype(np.int32),
     )
-    packed = await fetch_packed(conn, _PACKED_EVIDENCE, _EVIDENCE_ROW)
-    order = np.argsort(packed["id"], kind="stable")
-    evidence = Evidence(
-        packed["id"].astype(np.int64)[order],
-        packed["access"].astype(np.int32)[order],
-        packed["strength"].astype(np.float64)[order],
-        packed["n"].astype(np.int32)[order],
-    )
+    if len(classes.keys) <= 1:
+        evidence = Evidence.of_one_class(rels["id"], rels["weight"], rels["n"])
+    else:
+        rows = await fetch_packed(conn, _PACKED_EVIDENCE, _EVIDENCE_ROW)
+        evidence = Evidence.summed(
+            rows["id"].astype(np.int64),
+            class_of(rows["chunk"].astype(np.int64)),
+            rows["strength"].astype(np.float64),
+        )
     return MemoryGraph(watermark, passage_edges, counts, relationships, evidence, classes)
 
 
