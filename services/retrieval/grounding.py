@@ -8,6 +8,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -85,14 +86,43 @@ _EXACT = Filtered.of(
     "SELECT DISTINCT a.entity_id, '', 0, a.alias_key FROM aliases a WHERE a.alias_key = ANY(:k)"  # noqa: S608 - alias_visible is a constant fragment
     " AND " + alias_visible("a"),
 )
+# The trigram matches of a span, best first, at most FUZZY_SEEDS entities. A restricted caller
+# matches by the aliases its visible documents use: the candidates are read first (the
+# trigram index), then visited best first, each alias probed for a visible mention, stopping
+# after FUZZY_PROBES visible ones. Best first, the first FUZZY_SEEDS entities met are the best
+# FUZZY_SEEDS by their best visible alias, so this is exact whenever the visible rows read name
+# that many entities (``n`` says how many rows were read); otherwise the full statement runs.
+# As one statement with the visibility test among the trigram filter's, the planner costed
+# the per-alias probes as a parallel sequential scan of every alias: ~1 s a span at 1M
+# entities, for a caller who sees half the documents (docs/BENCHMARKS.md, issue 32 step 4).
+FUZZY_SEEDS = 3
+FUZZY_PROBES = 64
 _FUZZY = Filtered.of(
-    "SELECT id, name, mention_count, similarity(name, :s) AS sim FROM entities"
-    " WHERE name % :s ORDER BY sim DESC, id LIMIT 3",
-    "SELECT a.entity_id, '', 0, max(similarity(a.alias, :s)) AS sim FROM aliases a"  # noqa: S608 - alias_visible is a constant fragment
+    "SELECT id, name, mention_count, similarity(name, :s) AS sim, 0 FROM entities"
+    " WHERE name % :s ORDER BY sim DESC, id LIMIT :seeds",
+    "WITH c AS MATERIALIZED (SELECT a.entity_id, a.alias, similarity(a.alias, :s) AS sim"  # noqa: S608 - alias_visible is a constant fragment
+    " FROM aliases a WHERE a.alias % :s),"
+    " v AS (SELECT o.entity_id, o.sim FROM (SELECT * FROM c ORDER BY c.sim DESC, c.entity_id"
+    " OFFSET 0) o WHERE " + alias_visible("o") + " LIMIT :probes)"
+    " SELECT v.entity_id, '', 0, max(v.sim) AS sim, (SELECT count(*) FROM v) FROM v"
+    " GROUP BY v.entity_id ORDER BY sim DESC, v.entity_id LIMIT :seeds",
+)
+_FUZZY_EVERY = Filtered.of(
+    "SELECT 1",  # not used: the operator's statement is exact
+    "SELECT a.entity_id, '', 0, max(similarity(a.alias, :s)) AS sim, 0 FROM aliases a"  # noqa: S608 - alias_visible is a constant fragment
     " WHERE a.alias % :s AND "
     + alias_visible("a")
-    + " GROUP BY a.entity_id ORDER BY sim DESC, a.entity_id LIMIT 3",
+    + " GROUP BY a.entity_id ORDER BY sim DESC, a.entity_id LIMIT :seeds",
 )
+
+
+async def fuzzy_matches(conn: AsyncConnection, span: str, caller: Caller) -> list[Any]:
+    """(entity, name, mentions, similarity, _) rows of the span's best trigram matches."""
+    values = {"s": span, "seeds": FUZZY_SEEDS, "probes": FUZZY_PROBES}
+    rows = list((await conn.execute(*_FUZZY.bind(caller, values))).all())
+    if rows and len(rows) < FUZZY_SEEDS and int(rows[0][4]) >= FUZZY_PROBES:
+        rows = list((await conn.execute(*_FUZZY_EVERY.bind(caller, values))).all())
+    return rows
 
 
 @dataclass
@@ -200,7 +230,7 @@ async def ground(
     for span in dict.fromkeys(spans):
         if entity_key(span) in matched:  # named exactly (or inside a longer exact name)
             continue
-        for r in (await conn.execute(*_FUZZY.bind(caller, {"s": span}))).all():
+        for r in await fuzzy_matches(conn, span, caller):
             if float(r[3]) >= FUZZY_MIN_SIMILARITY and int(r[0]) not in found:
                 found[int(r[0])] = (str(r[1]), int(r[2]), float(r[3]))
                 said.setdefault(int(r[0]), set()).add(span)
