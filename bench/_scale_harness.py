@@ -323,3 +323,39 @@ def table_sizes(url: str) -> dict[str, dict[str, int]]:
             return out
     finally:
         engine.dispose()
+
+
+HIDDEN = "kgstream-bench-hidden"  # the group of the documents ``hide_share`` hides
+
+
+def hide_share(url: str, share: float) -> int:
+    """Give about ``share`` of the documents without an ACL (by a hash of the id) an ACL of
+    HIDDEN, so an anonymous caller sees part of the corpus; their count. ``unhide`` undoes it."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            hidden = conn.execute(
+                text(
+                    "UPDATE documents SET acl = ARRAY[CAST(:g AS text)] WHERE acl IS NULL"
+                    " AND abs(hashtext(doc_id)::bigint) % 10000 < :cut"
+                ),
+                {"g": HIDDEN, "cut": round(share * 10000)},
+            ).rowcount
+            conn.execute(text("ANALYZE documents"))
+        return int(hidden)
+    finally:
+        engine.dispose()
+
+
+def unhide(url: str) -> None:
+    """Take ``hide_share``'s ACL away again."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE documents SET acl = NULL WHERE acl = ARRAY[CAST(:g AS text)]"),
+                {"g": HIDDEN},
+            )
+            conn.execute(text("ANALYZE documents"))
+    finally:
+        engine.dispose()

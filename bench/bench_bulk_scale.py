@@ -43,13 +43,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _scale_harness import MemorySampler, table_sizes  # noqa: E402
+from _scale_harness import MemorySampler, hide_share, table_sizes, unhide  # noqa: E402
 from _statement_profile import profile_mode  # noqa: E402
 from bench_scale import query_service, recompute_once  # noqa: E402
 from bulk_build import URL_ENV  # noqa: E402
@@ -142,27 +140,6 @@ def _phase(args: argparse.Namespace) -> None:
         report = asyncio.run(_queries(url, asked, args.runs, not args.no_profile, args))
     report["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(report))
-
-
-HIDDEN = "kgstream-bench-hidden"  # the group of the documents --hide-share hides
-
-
-def _hide(url: str, share: float) -> int:
-    """Give about ``share`` of the documents (an id hash) an ACL of HIDDEN; their count."""
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
-        rows = conn.execute(
-            "UPDATE documents SET acl = ARRAY[%s] WHERE acl IS NULL"
-            " AND abs(hashtext(doc_id)::bigint) %% 10000 < %s",
-            (HIDDEN, round(share * 10000)),
-        ).rowcount
-        conn.execute("ANALYZE documents")
-    return rows
-
-
-def _unhide(url: str) -> None:
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
-        conn.execute("UPDATE documents SET acl = NULL WHERE acl = ARRAY[%s]", (HIDDEN,))
-        conn.execute("ANALYZE documents")
 
 
 def _quarter_of_memory() -> str:
@@ -276,11 +253,11 @@ def run(args: argparse.Namespace, report: dict[str, Any], save: Any) -> None:
         flags += ["--modes", args.modes, "--callers", args.callers]
         flags += ["--graph-memory", args.graph_memory]
         if args.hide_share:
-            report["hidden_documents"] = _hide(url, args.hide_share)
+            report["hidden_documents"] = hide_share(url, args.hide_share)
         report["queries"] = _child([me, *common, *flags, "--phase", "queries"], url, postmaster)
     finally:
         if args.hide_share:
-            _unhide(url)
+            unhide(url)
         load.append(Path("/proc/loadavg").read_text().split()[:3])
         report["loadavg_before_after"] = load
         save()

@@ -5,11 +5,14 @@ against the whole query; with the walked graph held in memory and without, each 
 untimed warm-up pass over the same questions.
 
     flock /tmp/kg-heavy.lock .venv/bin/python bench/local_round_trips.py \
-        --home /var/tmp/kg-bulk-38k --documents 38000 --questions 60 [--profile 15]
+        --home /var/tmp/kg-bulk-38k --documents 38000 --questions 60 [--profile 15] \
+        [--hide-share 0.5]
 
 ``--profile N``: cProfile of N more questions with the graph held, the functions with the
 most time of their own (``PROFILE_SORT=cumulative PROFILE_ROWS=60`` in the environment for
-another order and length)."""
+another order and length). ``--hide-share F``: the caller is anonymous and a share F of the
+documents has an ACL it lacks (bench/_scale_harness.py ``hide_share``, undone at the end): a
+caller who sees part of the corpus; the slowest question's statements are reported too."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _scale_harness import hide_share, unhide
 from bench_scale import query_service
 from query_timing import home_arguments, run_on_home
 from sqlalchemy import event
@@ -124,6 +128,7 @@ def _timed(spent: dict[str, float]) -> None:
 
 async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    caller = Caller() if args.hide_share else Caller.operator()
     spent: dict[str, float] = defaultdict(float)
     _timed(spent)
     for held in (True, False):
@@ -133,8 +138,9 @@ async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str
             counter.attach(engine)
             for q in asked:  # a warm-up pass: both configurations read warm buffers
                 req = QueryRequest(question=q["question"], mode="local", k=K)
-                await service.query(req, Caller.operator())
+                await service.query(req, caller)
             per_query, totals, sql = [], [], []
+            slowest: tuple[float, str, dict[str, float]] = (0.0, "", {})
             parts: dict[str, list[float]] = defaultdict(list)  # the response's own timings
             counter.by_function.clear()
             counter.ms_by_function.clear()
@@ -142,9 +148,17 @@ async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str
             for q in asked:
                 req = QueryRequest(question=q["question"], mode="local", k=K)
                 n0, s0 = counter.count, counter.seconds
+                before = dict(counter.ms_by_function)
                 t0 = time.perf_counter()
-                resp = await service.query(req, Caller.operator())
+                resp = await service.query(req, caller)
                 totals.append((time.perf_counter() - t0) * 1000)
+                if totals[-1] > slowest[0]:
+                    spent_here = {
+                        m: round((v - before.get(m, 0.0)) * 1000, 1)
+                        for m, v in counter.ms_by_function.items()
+                        if v - before.get(m, 0.0) > 0.0005
+                    }
+                    slowest = (totals[-1], q["question"], spent_here)
                 for part, ms in resp.timings.items():
                     parts[part].append(ms)
                 per_query.append(counter.count - n0)
@@ -154,6 +168,8 @@ async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str
                 "statements_median": statistics.median(per_query),
                 "statements_max": max(per_query),
                 "total_ms_median": round(statistics.median(totals), 1),
+                "total_ms_max": round(max(totals), 1),
+                "slowest": {"question": slowest[1], "sql_ms_by_function": slowest[2]},
                 "sql_ms_median": round(statistics.median(sql), 1),
                 "timings_median": {p: round(statistics.median(v), 1) for p, v in parts.items()},
                 "parts_ms_per_query": {
@@ -172,7 +188,7 @@ async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str
                 profiler.enable()
                 for q in asked[: args.profile]:
                     req = QueryRequest(question=q["question"], mode="local", k=K)
-                    await service.query(req, Caller.operator())
+                    await service.query(req, caller)
                 profiler.disable()
                 text = io.StringIO()
                 order = os.environ.get("PROFILE_SORT", "tottime")
@@ -182,17 +198,25 @@ async def _measure(url: str, asked: list[dict[str, Any]], args: Any) -> dict[str
     return out
 
 
-async def _nothing(url: str) -> dict[str, Any]:  # noqa: ARG001 - the home is measured as built
-    return {}
-
-
 def main() -> None:
     parser = home_arguments(__doc__ or "")
     parser.add_argument("--questions", type=int, default=60)
     parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--hide-share", type=float, default=0.0)
     args = parser.parse_args()
-    report: dict[str, Any] = {"bench": "local_round_trips", "k": K}
-    run_on_home(args, report, _nothing, lambda url, asked: _measure(url, asked, args))
+    report: dict[str, Any] = {"bench": "local_round_trips", "k": K, "hidden": args.hide_share}
+
+    async def prepare(url: str) -> dict[str, Any]:
+        return {"hidden_documents": hide_share(url, args.hide_share)} if args.hide_share else {}
+
+    async def measure(url: str, asked: list[dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return await _measure(url, asked, args)
+        finally:
+            if args.hide_share:
+                unhide(url)
+
+    run_on_home(args, report, prepare, measure)
 
 
 if __name__ == "__main__":
