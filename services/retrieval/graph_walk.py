@@ -31,14 +31,14 @@ from services.core.access import Caller
 from services.retrieval import neighbourhood
 from services.retrieval.graph_memory import Flags, Ids, MemoryGraph
 from services.retrieval.neighbourhood import CO_OCCURS, LocalGraph, Relation
-from services.retrieval.visibility import Filtered, entity_facts, visible_evidence
+from services.retrieval.visibility import Filtered, entity_names, visible_evidence
 
 # Names of the shown hops' ends and their relationships' descriptions, in one round trip.
 _SHOWN = text(
     "SELECT 'r', id, description FROM relationships WHERE id = ANY(:r)"
     " UNION ALL SELECT 'e', id, name FROM entities WHERE id = ANY(:e)"
 )
-# A restricted caller's descriptions: from the evidence it can see (names: entity_facts).
+# A restricted caller's descriptions: from the evidence it can see (names: entity_names).
 _DESCRIBED = Filtered.of(
     "SELECT r.id, r.description FROM relationships r WHERE r.id = ANY(:r)",
     "SELECT r.id, v.x FROM relationships r CROSS JOIN LATERAL "  # noqa: S608 - visibility fragments are constants
@@ -185,8 +185,8 @@ class MemoryGraphReads:
             statement = _DESCRIBED.bind(self._caller, {"r": ids})
             rows = (await self._conn.execute(*statement)).all()
             described = {int(i): str(d or "") for i, d in rows}
-            facts = await entity_facts(self._conn, self._caller, ends)
-            hood.names.update({e: f.name for e, f in facts.items()})
+            names = await entity_names(self._conn, self._caller, ends)
+            hood.names.update({e: name for e, (name, _) in names.items()})
         hood.relations[:shown] = [
             (s, t, y, w, described.get(i, ""))
             for (s, t, y, w, _), i in zip(hood.relations[:shown], ids, strict=True)

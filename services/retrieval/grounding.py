@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.core.access import Caller
 from services.core.normalize import entity_key
 from services.retrieval.lexical import CorpusStats
-from services.retrieval.visibility import Filtered, alias_visible, entity_facts
+from services.retrieval.visibility import Filtered, alias_visible, entity_names
 
 MAX_NGRAM = 5
 FUZZY_MIN_SIMILARITY = 0.7  # lower let near-miss names ("Yale University") dilute the seeds
@@ -78,7 +78,7 @@ STOPWORDS = frozenset(
     ]
 )
 
-# A restricted caller matches visible surfaces only; names and counts come from entity_facts.
+# A restricted caller matches visible surfaces only; names and counts come from entity_names.
 _EXACT = Filtered.of(
     "SELECT e.id, e.name, e.mention_count, e.key FROM entities e WHERE e.key = ANY(:k)"
     " UNION SELECT e.id, e.name, e.mention_count, a.alias_key FROM aliases a"
@@ -235,12 +235,8 @@ async def ground(
                 found[int(r[0])] = (str(r[1]), int(r[2]), float(r[3]))
                 said.setdefault(int(r[0]), set()).add(span)
     if not caller.unfiltered:
-        facts = await entity_facts(conn, caller, list(found))
-        found = {
-            e: (facts[e].name, facts[e].mentions, sim)
-            for e, (_, _, sim) in found.items()
-            if e in facts
-        }
+        named = await entity_names(conn, caller, list(found))
+        found = {e: (*named[e], sim) for e, (_, _, sim) in found.items() if e in named}
     phrases = sorted({p for ps in said.values() for p in ps})
     occurs = await stats.phrases.of(conn, phrases)  # no statement when there are none
     out = Grounding()

@@ -19,7 +19,7 @@ from services.retrieval.visibility import (
     DOC_VISIBLE,
     Filtered,
     ends_visible,
-    entity_facts,
+    entity_names,
     visible_evidence,
 )
 
@@ -312,8 +312,8 @@ async def names_of(
 ) -> tuple[dict[int, str], dict[int, int]]:
     names, counts = {}, {}
     if not caller.unfiltered:
-        facts = await entity_facts(conn, caller, entities)
-        return {e: f.name for e, f in facts.items()}, {e: f.mentions for e, f in facts.items()}
+        named = await entity_names(conn, caller, entities)
+        return {e: n for e, (n, _) in named.items()}, {e: c for e, (_, c) in named.items()}
     for eid, name, count in (await conn.execute(_NAMES, {"e": list(entities)})).all():
         names[int(eid)], counts[int(eid)] = str(name), int(count)
     return names, counts

@@ -331,3 +331,30 @@ async def entity_facts(
         int(r[0]): EntityFacts(str(r[1]), str(r[2]), int(r[3]), str(r[4]), list(r[5]))
         for r in rows.all()
     }
+
+
+# Name and mention count only (what local mode shows and weighs), by entity_facts' rule for a
+# restricted caller; without its description (the first five visible sentences, read and
+# sorted over every visible mention: hundreds of ms for an entity with thousands of mentions
+# at 1M entities, docs/BENCHMARKS.md, issue 32 step 4) and its aliases.
+_NAMES = Filtered.of(
+    "SELECT id, name, mention_count FROM entities WHERE id = ANY(:e)",
+    "WITH s AS (SELECT m.entity_id, m.surface, count(*) AS n FROM mentions m"  # noqa: S608 - DOC_VISIBLE is a constant
+    "  JOIN documents d ON d.doc_id = m.doc_id WHERE m.entity_id = ANY(:e) AND "
+    + DOC_VISIBLE
+    + "  GROUP BY m.entity_id, m.surface)"
+    " SELECT s.entity_id,"
+    "  (array_agg(s.surface ORDER BY (s.surface LIKE '% %') DESC, s.n DESC, s.surface))[1],"
+    "  sum(s.n) FROM s GROUP BY s.entity_id",
+)
+
+
+async def entity_names(
+    conn: AsyncConnection, caller: Caller, entity_ids: Sequence[int]
+) -> dict[int, tuple[str, int]]:
+    """(name, mention count) of the entities the caller can see (the others are absent), as
+    ``entity_facts`` gives them."""
+    if not entity_ids:
+        return {}
+    rows = await conn.execute(*_NAMES.bind(caller, {"e": sorted(set(entity_ids))}))
+    return {int(r[0]): (str(r[1]), int(r[2])) for r in rows.all()}

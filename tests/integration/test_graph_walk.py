@@ -19,6 +19,7 @@ from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.retrieval import graph_memory, neighbourhood
 from services.retrieval.graph_walk import MemoryGraphReads
+from services.retrieval.visibility import entity_facts, entity_names
 from tests.integration.test_graph_properties import _run
 from tests.support.graph import drop_database
 from tests.support.query_fixtures import clone_database
@@ -221,6 +222,9 @@ def test_a_restricted_callers_memory_reads_equal_its_database_statements(
                 assert sorted(hoods[0].names) == sorted(hoods[1].names)
                 assert hoods[0].mention_counts == hoods[1].mention_counts
                 await _steps_agree(db, memory, seeds, known, passages)
+                facts = await entity_facts(conn, caller, seeds + known)
+                named = await entity_names(conn, caller, seeds + known)
+                assert named == {e: (f.name, f.mentions) for e, f in facts.items()}
                 await memory.describe(hoods[1], neighbourhood.SHOWN_HOPS)
                 shown = {(s, t, y): x for s, t, y, _, x in hoods[0].relations}
                 for s, t, y, _, x in hoods[1].relations[: neighbourhood.SHOWN_HOPS]:
