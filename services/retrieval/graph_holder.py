@@ -52,6 +52,10 @@ class GraphHolder:
         """The latest state (None until the first build ends)."""
         return self._state
 
+    def age_s(self) -> float | None:
+        """Seconds since the last good build or refresh ended (None before the first)."""
+        return None if self._state is None else time.monotonic() - self._at
+
     def start(self) -> None:
         """Build, then refresh every ``refresh_s`` in the background (idempotent)."""
         if self._running is None:
@@ -73,7 +77,7 @@ class GraphHolder:
             "held": state is not None,
             "watermark": None if state is None else state.watermark,
             "megabytes": None if state is None else round(state.nbytes / 1e6, 1),
-            "age_s": None if state is None else round(time.monotonic() - self._at, 3),
+            "age_s": None if state is None else round(self.age_s() or 0.0, 3),
             "build_s": self.build_s,
             "error": self.error,
         }

@@ -1,5 +1,5 @@
-"""The graph local mode walks, held in memory (issue 32, steps 2 and 3): graph_walk.py reads
-it for a caller who sees the whole corpus; graph_holder.py keeps one per query process.
+"""The graph local mode walks, held in memory (issue 32, steps 2 to 4): graph_walk.py reads it
+as each caller may see it; graph_holder.py keeps one per query process.
 
 What it holds, as numpy arrays (no Python object per row):
 - **passage edges**: each (entity, chunk) pair some mention makes, whether one of those
@@ -21,11 +21,11 @@ How it is built and kept current: one bulk read in an exact snapshot
 watermark is in what it reads, every later change above it), then, at each refresh, the changes
 between the held watermark and a new exact one: the passage edges and the row of each changed
 entity and each changed relationship (with its evidence per class) are read again as that
-snapshot shows them and replace the held ones; an ``access`` change (a chunk whose document
-changed tenant or ACL with the same content: services/indexer/graph_store/transaction.py)
-re-reads the chunk's class and the evidence of the relationships it holds evidence for. A
-refresh returns a new state; the old one stays whole for the queries reading it (one
-consistent state per query).
+snapshot shows them and replace the held ones; an ``access`` change (a chunk whose live
+document's tenant or ACL changed, logged by every upsert that changes them, whatever its
+content: services/indexer/graph_store/transaction.py) re-reads the chunk's class and the
+evidence of the relationships it holds evidence for. A refresh returns a new state; the old one
+stays whole for the queries reading it (one consistent state per query).
 
 Tested by tests/integration/test_graph_memory.py (after any sequence of document events with
 refreshes in between, the held state equals one built from the database) and by the curation
@@ -124,9 +124,9 @@ _PACKED_PASSAGE_EDGES = (
     " bool_or(start_char = -1) AS topic, count(*)::int AS n FROM mentions"
     " GROUP BY entity_id, chunk_id) m GROUP BY entity_id >> 20"
 )
-# Read only when documents fall into more than one class: with one, every relationship's
-# evidence is in it, and its sum and count are the relationship's weight and evidence_count
-# (the indexer keeps them so: graph_store/rebuild.py).
+# Read only when the documents (tombstones included) fall into more than one class: with one,
+# every relationship's evidence is in it, and its sum and count are the relationship's weight
+# and evidence_count (the indexer keeps them so: graph_store/rebuild.py).
 _PACKED_EVIDENCE = (
     "SELECT count(*), string_agg(int8send(relationship_id) || int8send(chunk_id)"
     " || float8send(strength), ''::bytea) FROM relationship_evidence"
@@ -171,37 +171,55 @@ def access_key(tenant: Any, acl: Any) -> AccessKey:
 @dataclass(frozen=True)
 class AccessClasses:
     """The distinct (tenant, ACL) pairs of documents, each coded by its position: every
-    document of a class is visible to the same callers. Codes only grow (a refresh appends the
-    classes it meets), so a state's codes stay valid in the states refreshed from it; the
-    callers' masks are shared along the same line and extended, not recomputed."""
+    document of a class is visible to the same callers. Codes only grow: a refresh appends the
+    classes it meets to a list its states share (a state sees the first ``size``), so a
+    state's codes stay valid in the states refreshed from it, and neither the codes nor the
+    callers' masks are rebuilt (one class per document keeps hundreds of thousands)."""
 
-    keys: tuple[AccessKey, ...]
+    size: int
+    _keys: list[AccessKey] = field(default_factory=list, repr=False, compare=False)
+    _codes: dict[AccessKey, int] = field(default_factory=dict, repr=False, compare=False)
     _masks: dict[tuple[str | None, frozenset[str]], Flags] = field(
         default_factory=dict, repr=False, compare=False
     )
 
+    @classmethod
+    def of(cls, keys: Sequence[AccessKey]) -> AccessClasses:
+        listed = list(keys)
+        return cls(len(listed), listed, {k: i for i, k in enumerate(listed)})
+
+    @property
+    def keys(self) -> Sequence[AccessKey]:
+        return self._keys[: self.size]
+
     def coded(self, keys: Sequence[AccessKey]) -> tuple[AccessClasses, NDArray[np.int32]]:
-        """The codes of ``keys``, and the classes extended by those not known yet."""
-        code = {k: i for i, k in enumerate(self.keys)}
-        extra = [k for k in dict.fromkeys(keys) if k not in code]
+        """The codes of ``keys``, and the classes extended by those not known yet (on the
+        latest state of a line: a refresh; an older one starts a line of its own)."""
+        if self.size != len(self._keys):
+            base = AccessClasses.of(self.keys)
+            return base.coded(keys)
+        codes = self._codes
+        for key in keys:
+            if key not in codes:
+                codes[key] = len(self._keys)
+                self._keys.append(key)
         classes = self
-        if extra:
-            classes = AccessClasses((*self.keys, *extra), self._masks)
-            code.update({k: len(self.keys) + i for i, k in enumerate(extra)})
-        return classes, np.array([code[k] for k in keys], dtype=np.int32)
+        if len(self._keys) != self.size:
+            classes = AccessClasses(len(self._keys), self._keys, codes, self._masks)
+        return classes, np.array([codes[k] for k in keys], dtype=np.int32)
 
     def visible_to(self, caller: Caller) -> Flags:
         """Which classes the caller sees (``Caller.can_see``, the rule the SQL states)."""
         key = (caller.tenant, frozenset(caller.groups))
         mask = self._masks.get(key)
-        if mask is None or len(mask) < len(self.keys):
+        if mask is None or len(mask) < self.size:
             done = np.zeros(0, dtype=np.bool_) if mask is None else mask
-            more = [caller.can_see(t, acl) for t, acl in self.keys[len(done) :]]
+            more = [caller.can_see(t, acl) for t, acl in self._keys[len(done) : self.size]]
             mask = np.concatenate([done, np.array(more, dtype=np.bool_)])
             if len(self._masks) >= MASKS_KEPT:
                 self._masks.clear()
             self._masks[key] = mask
-        return mask[: len(self.keys)]
+        return mask[: self.size]
 
 
 @dataclass(frozen=True)
@@ -629,7 +647,7 @@ class MemoryGraph:
         """Bytes of the arrays (indexes included) and of the type names."""
         counts = self.entity_counts.ids.nbytes + self.entity_counts.mentions.nbytes
         held = self.edges.nbytes + counts + self.relationships.nbytes + self.evidence.nbytes
-        return held + 64 * len(self.classes.keys)  # about, a class key
+        return held + 64 * self.classes.size  # about, a class key
 
     def canonical(self) -> dict[str, list[tuple[Any, ...]]]:
         """The state as comparable data (tests): classes by their keys (their codes depend on
@@ -695,9 +713,7 @@ async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
     """Every passage edge, entity, relationship and evidence sum, packed by the server into
     fixed-width binary records (services/core/db/snapshots.py ``fetch_packed``: no Python
     object per row)."""
-    classes = AccessClasses(
-        tuple(access_key(t, a) for t, a in (await conn.execute(_CLASSES)).all())
-    )
+    classes = AccessClasses.of([access_key(t, a) for t, a in (await conn.execute(_CLASSES)).all()])
     coded = await fetch_packed(conn, _PACKED_CHUNK_CLASSES, _CHUNK_ROW)
     order = np.argsort(coded["id"], kind="stable")
     chunk_ids, chunk_classes = coded["id"].astype(np.int64)[order], coded["access"][order]
@@ -731,7 +747,7 @@ async def _read_all(conn: AsyncConnection, watermark: int) -> MemoryGraph:
         class_of(edge_chunks),
         edges["n"].astype(np.int32),
     )
-    if len(classes.keys) <= 1:
+    if classes.size <= 1:
         evidence = Evidence.of_one_class(rels["id"], rels["weight"], rels["n"])
     else:
         rows = await fetch_packed(conn, _PACKED_EVIDENCE, _EVIDENCE_ROW)

@@ -91,7 +91,9 @@ _EXACT = Filtered.of(
 # trigram index), then visited best first, each alias probed for a visible mention, stopping
 # after FUZZY_PROBES visible ones. Best first, the first FUZZY_SEEDS entities met are the best
 # FUZZY_SEEDS by their best visible alias, so this is exact whenever the visible rows read name
-# that many entities (``n`` says how many rows were read); otherwise the full statement runs.
+# that many entities (the fifth column counts the rows read); otherwise the full statement
+# runs. The order is stated again above the visibility test (a join may reorder rows; on the
+# ordered subquery it costs no sort).
 # As one statement with the visibility test among the trigram filter's, the planner costed
 # the per-alias probes as a parallel sequential scan of every alias: ~1 s a span at 1M
 # entities, for a caller who sees half the documents (docs/BENCHMARKS.md, issue 32 step 4).
@@ -103,12 +105,12 @@ _FUZZY = Filtered.of(
     "WITH c AS MATERIALIZED (SELECT a.entity_id, a.alias, similarity(a.alias, :s) AS sim"  # noqa: S608 - alias_visible is a constant fragment
     " FROM aliases a WHERE a.alias % :s),"
     " v AS (SELECT o.entity_id, o.sim FROM (SELECT * FROM c ORDER BY c.sim DESC, c.entity_id"
-    " OFFSET 0) o WHERE " + alias_visible("o") + " LIMIT :probes)"
+    " OFFSET 0) o WHERE " + alias_visible("o") + " ORDER BY o.sim DESC, o.entity_id LIMIT :probes)"
     " SELECT v.entity_id, '', 0, max(v.sim) AS sim, (SELECT count(*) FROM v) FROM v"
     " GROUP BY v.entity_id ORDER BY sim DESC, v.entity_id LIMIT :seeds",
 )
 _FUZZY_EVERY = Filtered.of(
-    "SELECT 1",  # not used: the operator's statement is exact
+    "SELECT 1",  # never bound for an admin or whole-corpus caller: their statement is exact
     "SELECT a.entity_id, '', 0, max(similarity(a.alias, :s)) AS sim, 0 FROM aliases a"  # noqa: S608 - alias_visible is a constant fragment
     " WHERE a.alias % :s AND "
     + alias_visible("a")

@@ -57,6 +57,11 @@ from services.retrieval.visibility import widened
 T = TypeVar("T")
 # Model threads of a query process: the question's embedding and its NER run side by side.
 QUERY_CPU_WORKERS = 2
+# The oldest held graph a caller who sees part of the corpus walks (seconds since its last good
+# refresh): the freshness target's p99 (published -> answerable within 3 s, docs/BENCHMARKS.md).
+# Older, it walks the database, which reads ACLs live: a failing refresh cannot keep a revoked
+# document walkable. Refreshes run every 0.5 s, backing off to twice their own time.
+RESTRICTED_MAX_AGE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -159,17 +164,27 @@ class QueryService:
         return self.graph.current()
 
     async def walkable(
-        self, conn: AsyncConnection, memory: MemoryGraph | None
+        self, conn: AsyncConnection, memory: MemoryGraph | None, caller: Caller
     ) -> MemoryGraph | None:
         """``memory`` if this read's snapshot holds every change the held graph holds, else
         None (the walk reads the database). The held graph is read from the primary; a
         replica's read may be behind it, and a walk must not reach what its read cannot: the
         snapshot's last graph change (one index probe) must be at or past the graph's
         watermark. Without replicas every read is of the primary, begun after the graph was
-        taken, so no check is made."""
-        if memory is None or self.reads is None or not self.reads.replicas:
+        taken, so no check is made. A caller who sees part of the corpus walks it only while
+        it was refreshed within RESTRICTED_MAX_AGE_S: a revoked ACL must not stay walkable
+        for as long as refreshes fail (graph_holder.py keeps the last good state)."""
+        if memory is None:
+            return None
+        if not caller.unfiltered and not self._recent():
+            return None
+        if self.reads is None or not self.reads.replicas:
             return memory
         return memory if await graph_memory.shown_by(conn, memory) else None
+
+    def _recent(self) -> bool:
+        age = None if self.graph is None else self.graph.age_s()
+        return age is not None and age <= RESTRICTED_MAX_AGE_S
 
     async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run model code in the executor, off the event loop."""
@@ -191,7 +206,7 @@ class QueryService:
         t_embed = time.perf_counter()
         taken = self.held_graph(req)
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
-            memory = await self.walkable(conn, taken)
+            memory = await self.walkable(conn, taken, reader)
             retrieve = functools.partial(
                 self._retrieve,
                 conn,
@@ -301,7 +316,7 @@ class QueryService:
             embedding, spans = await self._read_question(query, with_spans=True)
             taken = self.held_graph(req)
             async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
-                memory = await self.walkable(conn, taken)
+                memory = await self.walkable(conn, taken, reader)
                 return await self._retrieve(
                     conn,
                     req.model_copy(update={"question": query}),

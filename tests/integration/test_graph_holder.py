@@ -22,6 +22,7 @@ from services.core.extraction import SpacyExtractor
 from services.core.settings import Settings
 from services.indexer.deps import IndexerDeps, RawRecord
 from services.indexer.handlers import handle_batch
+from services.retrieval import service as service_module
 from services.retrieval.compose import graph_holder
 from services.retrieval.filters import Filters, Range
 from services.retrieval.graph_holder import holding
@@ -127,6 +128,13 @@ async def test_local_mode_on_the_held_graph_answers_as_on_the_database(
         by_database, by_memory = await both(scoped, restricted)
         assert by_memory == by_database
         assert len(walks) == walked + 1  # a query with filters walked the database
+        with pytest.MonkeyPatch.context() as stale:  # a held graph older than the bound
+            stale.setattr(service_module, "RESTRICTED_MAX_AGE_S", -1.0)
+            by_database, by_memory = await both(req, restricted)
+            assert by_memory == by_database
+            assert len(walks) == walked + 1  # the restricted caller walked the database
+            await both(req, Caller.operator())
+            assert len(walks) == walked + 2  # the operator still walks the held graph
         waiting = req.model_copy(update={"after_event": "holder-never"})
         assert held.held_graph(waiting) is None
 
