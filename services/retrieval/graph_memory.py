@@ -158,6 +158,7 @@ def _ids(values: Sequence[int] | Ids) -> Ids:
 
 
 EdgeRow = tuple[int, int, bool, int, int]  # entity, chunk, title flag, class, mentions
+EvidenceRow = tuple[int, int, float, int]  # relationship, class, strength sum, count
 AccessKey = tuple[str | None, tuple[str, ...] | None]  # a document's (tenant, ACL)
 # Callers whose masks a state's classes keep (one entry: a boolean a class); past it, the
 # cache starts again (a mask is recomputed in one pass over the classes).
@@ -192,12 +193,13 @@ class AccessClasses:
     def keys(self) -> Sequence[AccessKey]:
         return self._keys[: self.size]
 
-    def coded(self, keys: Sequence[AccessKey]) -> tuple[AccessClasses, NDArray[np.int32]]:
-        """The codes of ``keys``, and the classes extended by those not known yet (on the
-        latest state of a line: a refresh; an older one starts a line of its own)."""
+    def coded(self, pairs: Sequence[tuple[Any, Any]]) -> tuple[AccessClasses, NDArray[np.int32]]:
+        """The codes of documents' (tenant, ACL) ``pairs``, and the classes extended by those
+        not known yet (on the latest state of a line: a refresh; an older one starts a line of
+        its own)."""
         if self.size != len(self._keys):
-            base = AccessClasses.of(self.keys)
-            return base.coded(keys)
+            return AccessClasses.of(self.keys).coded(pairs)
+        keys = [access_key(tenant, acl) for tenant, acl in pairs]
         codes = self._codes
         for key in keys:
             if key not in codes:
@@ -437,9 +439,7 @@ class PassageEdges:
         order = np.lexsort((chunks, entities))
         return cls(entities[order], chunks[order], topics[order], classes[order], mentions[order])
 
-    def replaced(
-        self, changed: Ids, rows: Sequence[tuple[int, int, bool, int, int]]
-    ) -> PassageEdges:
+    def replaced(self, changed: Ids, rows: Sequence[EdgeRow]) -> PassageEdges:
         """The edges of ``changed`` entities (sorted, distinct) replaced by ``rows`` (entity,
         chunk, title flag, class, mentions: their edges now), in time linear in the edges
         held: no sort of what did not change."""
@@ -554,7 +554,7 @@ class Evidence:
     counts: NDArray[np.int32]
 
     @classmethod
-    def of(cls, rows: Sequence[tuple[int, int, float, int]]) -> Evidence:
+    def of(cls, rows: Sequence[EvidenceRow]) -> Evidence:
         """From (relationship id, class, strength sum, count) rows."""
         rows = sorted(rows)
         return cls(
@@ -598,7 +598,7 @@ class Evidence:
             np.diff(np.append(starts, len(ids))).astype(np.int32),
         )
 
-    def replaced(self, changed: Ids, rows: Sequence[tuple[int, int, float, int]]) -> Evidence:
+    def replaced(self, changed: Ids, rows: Sequence[EvidenceRow]) -> Evidence:
         """The rows of ``changed`` relationships (sorted, distinct) replaced by ``rows``."""
         fresh = Evidence.of(rows)
         deleted = _with_keys(self.ids, changed)
@@ -803,7 +803,7 @@ async def _changed(
     edges, counts, classes = held.edges, held.entity_counts, held.classes
     if nodes.size:
         fresh = (await conn.execute(_PASSAGE_EDGES_OF, {"ids": nodes.tolist()})).all()
-        classes, codes = classes.coded([access_key(r[3], r[4]) for r in fresh])
+        classes, codes = classes.coded([(r[3], r[4]) for r in fresh])
         coded = [(r[0], r[1], r[2], c, r[5]) for r, c in zip(fresh, codes.tolist(), strict=True)]
         edges = edges.replaced(nodes, coded)
         rows_of = (await conn.execute(_ENTITIES_OF, {"ids": nodes.tolist()})).all()
@@ -811,7 +811,7 @@ async def _changed(
     if accessed.size:
         ids = {"ids": accessed.tolist()}
         now = sorted((await conn.execute(_CHUNK_CLASSES, ids)).all(), key=lambda r: int(r[0]))
-        classes, codes = classes.coded([access_key(r[1], r[2]) for r in now])
+        classes, codes = classes.coded([(r[1], r[2]) for r in now])
         edges = edges.reclassed(_ids([r[0] for r in now]), codes)
         evidenced = (await conn.execute(_EVIDENCED_BY, ids)).scalars().all()
         changed_edges = np.union1d(changed_edges, _ids(evidenced))
@@ -821,7 +821,7 @@ async def _changed(
         fresh_rels = (await conn.execute(_RELATIONSHIPS_OF, ids)).all()
         relationships = relationships.replaced(changed_edges, fresh_rels)
         sums = (await conn.execute(_EVIDENCE_OF, ids)).all()
-        classes, codes = classes.coded([access_key(r[1], r[2]) for r in sums])
+        classes, codes = classes.coded([(r[1], r[2]) for r in sums])
         evidence = evidence.replaced(
             changed_edges,
             [

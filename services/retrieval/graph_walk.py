@@ -78,18 +78,20 @@ class MemoryGraphReads:
         kept: NDArray[Any] = at[self._seen[self.graph.edges.classes[at]]]
         return kept
 
-    def _visible_entities(self, entities: Ids) -> Flags:
-        """Which of ``entities`` (sorted, distinct) have a mention in a visible document."""
+    def _visible_mentions(self, entities: Ids) -> NDArray[np.int64]:
+        """How many mentions each of ``entities`` (sorted, distinct) has in visible
+        documents."""
         edges = self.graph.edges
         at = self._visible(edges.of_entities(entities))
-        return np.isin(entities, edges.entities[at])
+        group = np.searchsorted(entities, edges.entities[at])
+        counts = np.bincount(group, weights=edges.mentions[at], minlength=len(entities))
+        return counts.astype(np.int64)
 
     async def relations(
         self, seeds: Sequence[int], hide_weak: bool, limit: int
     ) -> tuple[list[Relation], list[int]]:
         rel = self.graph.relationships
         rows = rel.touching(_unique(seeds))
-        weights = rel.weights
         if self._seen is None:
             if hide_weak:
                 rows = rows[~rel.weak[rows]]
@@ -102,13 +104,11 @@ class MemoryGraphReads:
                 keep &= ~((rel.types[rows] == co_occurs) & (count <= 1))
             rows, rank = rows[keep], rank[keep]
             ends = _unique(np.concatenate([rel.sources[rows], rel.targets[rows]]))
-            shown = ends[self._visible_entities(ends)]
+            shown = ends[self._visible_mentions(ends) > 0]
             keep = np.isin(rel.sources[rows], shown) & np.isin(rel.targets[rows], shown)
             rows, rank = rows[keep], rank[keep]
-            weights = np.zeros(len(rel.ids), dtype=np.float64)
-            weights[rows] = rank
         chosen = np.lexsort((rel.ids[rows], -rank))[:limit]
-        rows = rows[chosen]
+        rows, rank = rows[chosen], rank[chosen]
         names = rel.vocabulary
         relations = [
             (s, t, names[k], w, "")
@@ -116,7 +116,7 @@ class MemoryGraphReads:
                 rel.sources[rows].tolist(),
                 rel.targets[rows].tolist(),
                 rel.types[rows].tolist(),
-                weights[rows].tolist(),
+                rank.tolist(),
                 strict=True,
             )
         ]
@@ -161,15 +161,11 @@ class MemoryGraphReads:
 
     async def names_of(self, entities: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
         ids, counts = self.graph.entity_counts.of(_unique(entities))
+        listed, numbers = ids.tolist(), counts.tolist()
         if self._seen is not None:  # visible mentions only, and entities that have some
-            edges = self.graph.edges
-            at = self._visible(edges.of_entities(ids))
-            group = np.searchsorted(ids, edges.entities[at])
-            seen = np.bincount(group, weights=edges.mentions[at], minlength=len(ids))
-            keep = seen > 0
-            ids, counts = ids[keep], seen[keep].astype(np.int64)
-        listed = ids.tolist()
-        return dict.fromkeys(listed, ""), dict(zip(listed, counts.tolist(), strict=True))
+            seen = self._visible_mentions(ids)
+            listed, numbers = ids[seen > 0].tolist(), seen[seen > 0].tolist()
+        return dict.fromkeys(listed, ""), dict(zip(listed, numbers, strict=True))
 
     async def describe(self, hood: LocalGraph, shown: int) -> None:
         """Names of the first ``shown`` relations' ends and their descriptions, read now."""

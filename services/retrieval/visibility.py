@@ -284,6 +284,13 @@ async def widened(conn: AsyncConnection, caller: Caller) -> Caller:
     return caller
 
 
+# A restricted caller's name of an entity: its most used visible surface, a full name (one with
+# a space) first, over ``s`` (entity_id, surface, n: visible mentions of that surface).
+_VISIBLE_NAME = (
+    "(array_agg(s.surface ORDER BY (s.surface LIKE '% %') DESC, s.n DESC, s.surface))[1]"
+)
+
+
 @dataclass(frozen=True)
 class EntityFacts:
     """What a caller may read of an entity: for a restricted caller, rebuilt from the mentions
@@ -312,9 +319,9 @@ _FACTS = Filtered.of(
     "  1500) AS x FROM (SELECT entity_id, doc_id, sentence, row_number() OVER (PARTITION BY"
     "  entity_id ORDER BY doc_id, sentence) AS i FROM (SELECT DISTINCT entity_id, doc_id,"
     "  sentence FROM vm) u) q WHERE q.i <= 5 GROUP BY q.entity_id)"
-    " SELECT s.entity_id,"
-    "  (array_agg(s.surface ORDER BY (s.surface LIKE '% %') DESC, s.n DESC, s.surface))[1],"
-    "  t.t, sum(s.n), coalesce(x.x, ''), array_agg(s.surface ORDER BY s.surface)"
+    " SELECT s.entity_id, "
+    + _VISIBLE_NAME
+    + ", t.t, sum(s.n), coalesce(x.x, ''), array_agg(s.surface ORDER BY s.surface)"
     " FROM s JOIN t USING (entity_id) LEFT JOIN x USING (entity_id)"
     " GROUP BY s.entity_id, t.t, x.x",
 )
@@ -343,9 +350,7 @@ _NAMES = Filtered.of(
     "  JOIN documents d ON d.doc_id = m.doc_id WHERE m.entity_id = ANY(:e) AND "
     + DOC_VISIBLE
     + "  GROUP BY m.entity_id, m.surface)"
-    " SELECT s.entity_id,"
-    "  (array_agg(s.surface ORDER BY (s.surface LIKE '% %') DESC, s.n DESC, s.surface))[1],"
-    "  sum(s.n) FROM s GROUP BY s.entity_id",
+    " SELECT s.entity_id, " + _VISIBLE_NAME + ", sum(s.n) FROM s GROUP BY s.entity_id",
 )
 
 

@@ -45,6 +45,7 @@ from services.retrieval.schemas import QueryRequest
 from services.retrieval.service import QueryService, build_query_service
 from services.retrieval.visibility import widened
 from tests.conftest import Infra
+from tests.support.access import assign
 from tests.support.mcp_client import LOCAL, mcp_client, payload, sessions_running
 from tests.support.openai_stub import OpenAIStub
 from tests.support.query_fixtures import COMMUNITIES, SAMPLE, clone_database
@@ -190,20 +191,10 @@ class Env:
         return self.service.engine
 
     async def assign(self, access: dict[str, Access]) -> None:
-        """Set documents' tenants and ACLs, and log the access change of their chunks as the
-        indexer does (graph_store/changes.py ``log_access``), which the held graph follows."""
+        """Set documents' tenants and ACLs, logging their chunks' access changes as the indexer
+        does, and bring the held graph up to them."""
         async with self.engine.begin() as conn:
-            await conn.execute(
-                text("UPDATE documents SET tenant = :t, acl = :a WHERE doc_id = :d"),
-                [{"d": d, "t": t, "a": a} for d, (t, a) in access.items()],
-            )
-            await conn.execute(
-                text(
-                    "INSERT INTO graph_changes (kind, ref_id, op, doc_id)"
-                    " SELECT 'access', id, 'change', doc_id FROM chunks WHERE doc_id = ANY(:d)"
-                ),
-                {"d": sorted(access)},
-            )
+            await assign(conn, access, logged=True)
         assert self.service.graph is not None
         await self.service.graph.caught_up()
 

@@ -14,19 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from services.core.access import Caller
 from services.core.db.engine import make_engine
 from services.retrieval import grounding
 from tests.integration.test_graph_properties import _run
+from tests.support.access import ACCESS, CALLERS, assign
 from tests.support.graph import drop_database
 from tests.support.query_fixtures import clone_database
 
 pytestmark = pytest.mark.integration
-GROUPS = ("g1", "g2")
-ACCESS = st.tuples(
-    st.sampled_from([None, "t1"]),
-    st.one_of(st.none(), st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2, unique=True)),
-)
 
 
 async def _read(url: str) -> tuple[list[str], list[str]]:
@@ -57,10 +52,7 @@ def test_best_first_fuzzy_grounding_equals_the_full_statement(
 ) -> None:
     url, docs, names = fuzzy_db
     access = {d: data.draw(ACCESS) for d in docs}
-    caller = Caller(
-        tenant=data.draw(st.sampled_from([None, "t1"])),
-        groups=data.draw(st.frozensets(st.sampled_from(GROUPS))),
-    )
+    caller = data.draw(CALLERS)
     name = data.draw(st.sampled_from(names))
     cut = data.draw(st.integers(0, len(name) - 1))
     spans = [name, name[:cut] + name[cut + 1 :], name.split()[0]]  # as said, misspelt, a part
@@ -69,10 +61,7 @@ def test_best_first_fuzzy_grounding_equals_the_full_statement(
         engine = make_engine(url)
         try:
             async with engine.begin() as conn:
-                await conn.execute(
-                    text("UPDATE documents SET tenant = :t, acl = :a WHERE doc_id = :d"),
-                    [{"d": d, "t": t, "a": a} for d, (t, a) in access.items()],
-                )
+                await assign(conn, access)
             async with engine.connect() as conn:
                 for span in spans:
                     values: dict[str, Any] = {"s": span, "seeds": grounding.FUZZY_SEEDS}

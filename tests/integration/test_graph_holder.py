@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from services.core.access import Caller
 from services.core.db.engine import make_engine
@@ -28,6 +27,7 @@ from services.retrieval.filters import Filters, Range
 from services.retrieval.graph_holder import holding
 from services.retrieval.schemas import QueryRequest
 from services.retrieval.service import build_query_service
+from tests.support.access import assign
 from tests.support.query_fixtures import SAMPLE, clone_database
 
 pytestmark = pytest.mark.integration
@@ -106,18 +106,8 @@ async def test_local_mode_on_the_held_graph_answers_as_on_the_database(
         assert len(walks) >= len(QUESTIONS) // 2  # questions with no entity fall back to vector
 
         walked = len(walks)
-        async with engine.begin() as conn:  # one document only "hr" may read
-            await conn.execute(
-                text("UPDATE documents SET acl = ARRAY['hr'] WHERE doc_id = :d"),
-                {"d": _gold_of_first_question()},
-            )
-            await conn.execute(  # as the indexer logs it (graph_store/changes.py log_access)
-                text(
-                    "INSERT INTO graph_changes (kind, ref_id, op, doc_id)"
-                    " SELECT 'access', id, 'change', doc_id FROM chunks WHERE doc_id = :d"
-                ),
-                {"d": _gold_of_first_question()},
-            )
+        async with engine.begin() as conn:  # one document only "hr" may read, logged
+            await assign(conn, {_gold_of_first_question(): (None, ["hr"])}, logged=True)
         await holder.caught_up()
         restricted = Caller(groups=frozenset({"sales"}))
         req = QueryRequest(question=QUESTIONS[0], mode="local", k=10, explain=True)

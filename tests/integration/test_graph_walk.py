@@ -21,6 +21,7 @@ from services.retrieval import graph_memory, neighbourhood
 from services.retrieval.graph_walk import MemoryGraphReads
 from services.retrieval.visibility import entity_facts, entity_names
 from tests.integration.test_graph_properties import _run
+from tests.support.access import ACCESS, CALLERS, assign
 from tests.support.graph import drop_database
 from tests.support.query_fixtures import clone_database
 
@@ -149,15 +150,6 @@ def test_memory_reads_equal_the_database_statements(
 # Restricted callers (issue 32, step 4): the sample with drawn tenants and ACLs, a caller of
 # drawn tenant and groups; memory walks by its mask of access classes, the database by the
 # visibility predicate.
-GROUPS = ("g1", "g2")
-ACCESS = st.tuples(
-    st.sampled_from([None, "t1"]),
-    st.one_of(
-        st.none(),
-        st.just([]),
-        st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2, unique=True),
-    ),
-)
 
 
 async def _docs(url: str) -> list[str]:
@@ -195,10 +187,7 @@ def test_a_restricted_callers_memory_reads_equal_its_database_statements(
     url, docs = restricted_db
     entities, chunks = sample_ids
     access = {d: data.draw(ACCESS) for d in docs}
-    caller = Caller(
-        tenant=data.draw(st.sampled_from([None, "t1"])),
-        groups=data.draw(st.frozensets(st.sampled_from(GROUPS))),
-    )
+    caller = data.draw(CALLERS)
     seeds, passages, known = _drawn(data, entities, chunks)
     hub, budget = bounds
 
@@ -206,10 +195,7 @@ def test_a_restricted_callers_memory_reads_equal_its_database_statements(
         engine = make_engine(url)
         try:
             async with engine.begin() as conn:
-                await conn.execute(
-                    text("UPDATE documents SET tenant = :t, acl = :a WHERE doc_id = :d"),
-                    [{"d": d, "t": t, "a": a} for d, (t, a) in access.items()],
-                )
+                await assign(conn, access)
             held = await graph_memory.build(engine)
             async with engine.connect() as conn:
                 db = neighbourhood.DbGraphReads(conn, caller)
