@@ -684,15 +684,19 @@ class MemoryGraph:
                     strict=True,
                 )
             ],
+            # by relationship, then class key (repr: a tenant or an ACL may be None)
             "evidence": sorted(
-                (i, keys[c], round(w, 9), n)
-                for i, c, w, n in zip(
-                    v.ids.tolist(),
-                    v.classes.tolist(),
-                    v.strengths.tolist(),
-                    v.counts.tolist(),
-                    strict=True,
-                )
+                (
+                    (i, keys[c], round(w, 9), n)
+                    for i, c, w, n in zip(
+                        v.ids.tolist(),
+                        v.classes.tolist(),
+                        v.strengths.tolist(),
+                        v.counts.tolist(),
+                        strict=True,
+                    )
+                ),
+                key=lambda row: (row[0], repr(row[1])),
             ),
         }
 
