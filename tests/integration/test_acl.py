@@ -45,7 +45,7 @@ from services.retrieval.schemas import QueryRequest
 from services.retrieval.service import QueryService, build_query_service
 from services.retrieval.visibility import widened
 from tests.conftest import Infra
-from tests.support.access import assign
+from tests.support.access import accesses, assign
 from tests.support.mcp_client import LOCAL, mcp_client, payload, sessions_running
 from tests.support.openai_stub import OpenAIStub
 from tests.support.query_fixtures import COMMUNITIES, SAMPLE, clone_database
@@ -312,14 +312,7 @@ def _questions(data: st.DataObject, names: st.SearchStrategy[str]) -> list[tuple
     return asked
 
 
-ACCESS = st.tuples(
-    st.sampled_from(TENANTS),
-    st.one_of(
-        st.none(),
-        st.just([]),
-        st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2, unique=True),
-    ),
-)
+ACCESS = accesses(TENANTS, GROUPS)
 
 
 @st.composite

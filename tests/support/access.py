@@ -4,7 +4,7 @@ so that a held graph follows it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -16,15 +16,23 @@ from services.indexer.graph_store.changes import log_access
 Access = tuple[str | None, list[str] | None]
 GROUPS = ("g1", "g2")
 TENANTS = (None, "t1")
-# A document's (tenant, ACL): no ACL, an empty one (admins only), or one or two groups.
-ACCESS = st.tuples(
-    st.sampled_from(TENANTS),
-    st.one_of(
-        st.none(),
-        st.just([]),
-        st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2, unique=True),
-    ),
-)
+
+
+def accesses(
+    tenants: Sequence[str | None], groups: Sequence[str]
+) -> st.SearchStrategy[tuple[str | None, list[str] | None]]:
+    """A document's (tenant, ACL): no ACL, an empty one (admins only), or one or two groups."""
+    return st.tuples(
+        st.sampled_from(tenants),
+        st.one_of(
+            st.none(),
+            st.just([]),
+            st.lists(st.sampled_from(groups), min_size=1, max_size=2, unique=True),
+        ),
+    )
+
+
+ACCESS = accesses(TENANTS, GROUPS)
 CALLERS = st.builds(
     Caller, tenant=st.sampled_from(TENANTS), groups=st.frozensets(st.sampled_from(GROUPS))
 )
