@@ -16,9 +16,13 @@
   number when the question says which ("first", "older", "more"), else the better-matching one.
 - yes/no questions: "yes" when each named subject's passage has every word of the predicate,
   or, for "the same ...", when their passages share an entity of that kind.
-- time-scoped questions ("from 1811 to 1827", "in 1974", "before 2010"): a span is read from
-  a sentence that holds in the scope before one that states no time, and before one whose
-  times are all outside it (services/retrieval/time_scope.py).
+- time-scoped questions ("from 1811 to 1827", "in 1974", "before 2010"): after the answer's
+  kind (a year in a question may describe a name rather than scope the answer: "a house
+  founded in 2005, based where?"), a span is read from a sentence that holds in the scope
+  before one that states no time, and before one whose times are all outside it
+  (services/retrieval/time_scope.py); among those that hold, from the sentence whose time fits
+  the scope more closely (``Scope.fit``), and in it the candidate nearest a time that holds (a
+  sentence listing "X in 1982, Y in 1988" states each fact beside its year).
 
 Words match on their first five letters (truncation stemming), so "directed" finds "director".
 Nothing here is a weight fitted to a dev set: the orderings are lexicographic."""
@@ -43,7 +47,7 @@ from services.retrieval.answer_kind import (
     words,
 )
 from services.retrieval.schemas import Context
-from services.retrieval.time_scope import Scope, question_scope, sentence_times
+from services.retrieval.time_scope import Scope, question_scope, stated_times
 
 TOP_CONTEXTS = 5  # the answer reads the passages recall@5 measures
 STEM = 5  # truncation stemming: the first five letters (words shorter are kept whole)
@@ -169,13 +173,26 @@ def _scored_sentences(
     return out
 
 
-def _when(scope: Scope | None, sentence: _Sentence) -> int:
-    """0: the sentence holds in the scope (or there is none); 1: it states no time; 2: all its
-    times are outside the scope."""
+@dataclass(frozen=True)
+class _When:
+    """How a sentence stands to the question's time scope."""
+
+    rank: int  # 0: it holds in the scope (or there is none); 1: it states no time; 2: outside
+    fit: float  # how closely its best time fits the scope (Scope.fit)
+    at: tuple[tuple[int, int], ...]  # where it states the times that hold in the scope
+
+
+def _when(scope: Scope | None, sentence: _Sentence) -> _When:
+    """Where the sentence stands to the scope."""
     if scope is None:
-        return 0
-    times = sentence_times(sentence.text)
-    return 1 if not times else 0 if scope.meets(times) else 2
+        return _When(0, 0.0, ())
+    times = stated_times(sentence.text)
+    if not times:
+        return _When(1, 0.0, ())
+    held = [(t, at) for t, at in times if scope.meets([t])]
+    if not held:
+        return _When(2, 0.0, ())
+    return _When(0, scope.fit(t for t, _ in held), tuple(at for _, at in held))
 
 
 def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[str, str]]:
@@ -203,8 +220,9 @@ def _best_span(
     by_chunk: dict[int, list[Mention]],
     excluded: Collection[str] = frozenset(),
 ) -> SpanAnswer | None:
-    """The candidate of the best tier, then best sentence, nearest the question's words; none
-    the question names, nor any of the ``excluded`` (normalised) names."""
+    """The candidate of the best tier, in a sentence that holds in the question's time scope,
+    the one that fits it best, then the best sentence, nearest a time that holds (else the
+    question's words); none the question names, nor any of the ``excluded`` (normalised) names."""
     asked = f" {normalise(question)} "
     scope = question_scope(question)
     best: tuple[tuple[float, ...], str, _Sentence] | None = None
@@ -220,9 +238,10 @@ def _best_span(
             # the longer of two otherwise equal spans is the more specific ("Columbus, Ohio")
             key = (
                 tier,
-                when,
+                when.rank,
+                -when.fit,
                 -sentence.score,
-                _distance(sentence, text),
+                _distance(sentence, text, when.at),
                 -len(text),
                 sentence.rank,
             )
@@ -280,8 +299,13 @@ def _tier(kind: AnswerKind, label: str) -> int | None:
     return None
 
 
-def _distance(sentence: _Sentence, text: str) -> float:
-    """Words between the candidate and the nearest word matching the question."""
+def _distance(sentence: _Sentence, text: str, times: Sequence[tuple[int, int]] = ()) -> float:
+    """Words between the candidate and the nearest time that holds in the question's scope
+    (``times``: where the sentence states them), else the nearest word matching the question."""
+    if times and (start := sentence.text.find(text)) >= 0:
+        end = start + len(text)
+        gaps = (sentence.text[end:a] if end <= a else sentence.text[b:start] for a, b in times)
+        return float(min(len(words(gap)) for gap in gaps))
     first = stem(words(text)[0]) if words(text) else ""
     where = [i for i, t in enumerate(sentence.tokens) if t == first]
     if not where or not sentence.hits:

@@ -11,6 +11,8 @@
   (it says when something ended, not that it held for ever before); any other year is [Y, Y].
   A sentence with several has each.
 - **Overlap**: a sentence holds in the scope when one of its times meets the scope.
+- **Fit**: among sentences that hold, how closely: the years a time shares with the scope over
+  the years either covers (an open side takes the other's bound), the best of its times.
 
 The offline answer reads the question's span from sentences that hold in the scope first
 (services/retrieval/answer_span.py). A sentence without a year says nothing either way.
@@ -59,6 +61,23 @@ class Scope:
         """Whether one of the times overlaps the scope."""
         return any(a <= self.end and self.start <= b for a, b in times)
 
+    def fit(self, times: Iterable[Interval]) -> float:
+        """How closely the best of the times matches the scope: the years they share over the
+        years either covers (1: the same years; 0: none shared). An open side of either takes
+        the other's bound there (it says nothing beyond it)."""
+        best = 0.0
+        for a, b in times:
+            lo = (a if math.isinf(self.start) else self.start, self.start if math.isinf(a) else a)
+            hi = (b if math.isinf(self.end) else self.end, self.end if math.isinf(b) else b)
+            if any(math.isinf(v) for v in (*lo, *hi)):
+                shared = 1.0 if a <= self.end and self.start <= b else 0.0
+                best = max(best, shared)
+                continue
+            shared = min(hi) - max(lo) + 1
+            if shared > 0:
+                best = max(best, shared / (max(hi) - min(lo) + 1))
+        return best
+
 
 def question_scope(question: str) -> Scope | None:
     """The question's time scope, or None when it names none."""
@@ -76,7 +95,12 @@ def question_scope(question: str) -> Scope | None:
 
 def sentence_times(sentence: str) -> list[Interval]:
     """The times a sentence states (none when it has no year)."""
-    times: list[Interval] = []
+    return [time for time, _ in stated_times(sentence)]
+
+
+def stated_times(sentence: str) -> list[tuple[Interval, tuple[int, int]]]:
+    """The times a sentence states, each with where it is stated (its characters)."""
+    times: list[tuple[Interval, tuple[int, int]]] = []
     taken: list[tuple[int, int]] = []
 
     def free(m: re.Match[str]) -> bool:
@@ -94,13 +118,13 @@ def sentence_times(sentence: str) -> list[Interval]:
             taken.append(m.span())
             if shape == "range":
                 a, b = int(m.group(1)), int(m.group(2))
-                times.append((min(a, b), max(a, b)))
+                times.append(((min(a, b), max(a, b)), m.span()))
             elif shape == "after":
-                times.append((int(m.group(1)), math.inf))
+                times.append(((int(m.group(1)), math.inf), m.span()))
             else:
-                times.append((-math.inf, int(m.group(1))))
+                times.append(((-math.inf, int(m.group(1))), m.span()))
     for m in _ANY.finditer(sentence):
         if free(m):
-            times.append((int(m.group(1)), int(m.group(1))))
+            times.append(((int(m.group(1)), int(m.group(1))), m.span()))
     earliest = min((float(y) for y in _ANY.findall(sentence)), default=math.inf)
-    return [(earliest if a == -math.inf else a, b) for a, b in times]
+    return [((earliest if a == -math.inf else a, b), at) for (a, b), at in times]

@@ -9,7 +9,7 @@ import math
 from services.retrieval.answer import abstains, extractive
 from services.retrieval.answer_span import Mention
 from services.retrieval.schemas import Context
-from services.retrieval.time_scope import Scope, question_scope, sentence_times
+from services.retrieval.time_scope import Scope, question_scope, sentence_times, stated_times
 
 
 def test_question_scopes() -> None:
@@ -36,6 +36,25 @@ def test_sentence_times() -> None:
     ]
     assert sentence_times("In 1916 Newton Baker bought it.") == [(1916, 1916)]
     assert sentence_times("No year here.") == []
+
+
+def test_stated_times_say_where() -> None:
+    text = "He became a master in 1982 and a grandmaster from 1989 to 1990."
+    found = stated_times(text)
+    assert [t for t, _ in found] == sentence_times(text) == [(1989, 1990), (1982, 1982)]
+    assert [text[a:b] for _, (a, b) in found] == ["from 1989 to 1990", "1982"]
+
+
+def test_how_closely_times_fit_a_scope() -> None:
+    scope = Scope(1811, 1827)
+    assert scope.fit([(1811, 1827)]) == 1.0
+    assert scope.fit([(1811, 1811)]) == 1 / 17  # one year of the seventeen
+    assert scope.fit([(1800, 1811), (1811, 1827)]) == 1.0  # the best of the times
+    assert scope.fit([(1830, 1840)]) == 0.0
+    assert scope.fit([(1811, math.inf)]) == 1.0  # an open end says nothing past the scope
+    assert Scope(1990, math.inf).fit([(1990, 2001)]) == 1.0  # "since 1990", then "until 2001"
+    assert Scope(1990, math.inf).fit([(2001, 2001)]) == 1 / 12  # began before 2001
+    assert Scope(1990, math.inf).fit([(1980, 1985)]) == 0.0
 
 
 def _ctx(text: str) -> Context:
@@ -69,3 +88,32 @@ def test_without_a_scope_or_a_dated_sentence_the_best_sentence_stands() -> None:
     assert answer.startswith("George Peter")
     assert not abstains(answer)
     assert abstains(extractive("Who owned the house?", [], MENTIONS)[0])  # nothing retrieved
+
+
+def test_the_name_nearest_the_time_in_the_scope() -> None:
+    """One sentence, two facts: the name stated beside the year that holds is the answer, though
+    the other is nearer the question's words."""
+    text = _ctx(
+        "Krasenkow became a national master in 1982, an International Master in 1988 and "
+        "an International Grandmaster in 1989."
+    )
+    titles = [
+        Mention(1, "national master", "WORK_OF_ART"),
+        Mention(1, "International Master", "WORK_OF_ART"),
+        Mention(1, "International Grandmaster", "WORK_OF_ART"),
+    ]
+    answer, _ = extractive("Which title did Krasenkow become in 1988?", [text], titles)
+    assert answer.startswith("International Master")
+    answer, _ = extractive("Which title did Krasenkow become in 1989?", [text], titles)
+    assert answer.startswith("International Grandmaster")
+
+
+def test_the_sentence_that_fits_the_scope_best() -> None:
+    """Both sentences hold in 1811-1827 and match as many of the question's words; the one whose
+    years are nearer the scope's is read, though the other's name stands nearer its time."""
+    page = _ctx(
+        "Thomas Cook owned the house between 1805 and 1827. "
+        "George Peter, a banker of the town, owned it from 1811 to 1826."
+    )
+    answer, _ = extractive("Who owned the house from 1811 to 1827?", [page], MENTIONS)
+    assert answer.startswith("George Peter")
