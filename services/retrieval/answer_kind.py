@@ -17,6 +17,10 @@ ORGANISATION = ("ORG",)
 WORK = ("WORK_OF_ART", "PRODUCT", "EVENT", "LAW")
 DATE = ("DATE",)
 NUMBER = ("NUMBER",)
+# A role ("a lecturer at the Collegium Albertinum", "Count of Tripoli") is seldom one entity: it
+# is read as the phrase a copula or an appointment introduces (answer_span.role_phrases).
+ROLE = ("ROLE",)
+ANY_ENTITY = PERSON + PLACE + NATIONALITY + ORGANISATION + WORK
 
 # Head nouns after "what"/"which"/"in which" and the kinds they ask for (first kind preferred).
 Tiers = tuple[tuple[str, ...], ...]
@@ -51,6 +55,10 @@ for _nouns, _labels in (
         (WORK, ORGANISATION),
     ),
     ("year date decade century month day", (DATE,)),
+    (
+        "position title rank role office job post occupation profession designation status career",
+        (ROLE, ANY_ENTITY),
+    ),
     (
         "number population amount height length size age percentage cost price distance capacity",
         (NUMBER,),

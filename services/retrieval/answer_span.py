@@ -40,6 +40,7 @@ from services.retrieval.answer_kind import (
     HEAD_NOUNS,
     NUMBER,
     PLACE,
+    ROLE,
     AnswerKind,
     classify,
     sentences,
@@ -74,6 +75,20 @@ _NUMBER_WORDS = re.compile(
     r"(?:-time)?)\b",
     re.IGNORECASE,
 )
+# A role: the phrase after a copula or an appointment ("was Count of Tripoli", "became a national
+# master of the USSR", "served as Minister of Defence"), and each item of a list it opens ("..., an
+# International Master in 1988 and an International Grandmaster in 1989"), up to what ends a noun
+# phrase there: a time or clause word, or the end of the clause.
+_ROLE_OPENS = re.compile(  # a lookahead: an opening inside another's list is found too
+    r"(?=\b(?:was|were|is|are|became|becomes|served as|serving as|appointed|named|elected|made"
+    r"|as)\s+([^;.()\[\]]+))"
+)
+_LIST_ITEM = re.compile(r",\s*(?:and\s+)?|\s+and\s+")
+_ROLE_ENDS = re.compile(
+    r"(?:^|\s+)(?:from|in|since|until|between|during|on|by|after|before|when|while|who|which|where"
+    r"|but|to)\b"
+)
+_ROLE_START = re.compile(r"(?:(?:an?|the)\s+)?[A-Za-z]")
 _DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
 # Words of the question that carry no content for matching sentences.
 FUNCTION_WORDS = word_set(
@@ -195,9 +210,12 @@ def _when(scope: Scope | None, sentence: _Sentence) -> _When:
     return _When(0, scope.fit(t for t, _ in held), tuple(at for _, at in held))
 
 
-def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[str, str]]:
-    """(text, label) of the entities, dates and numbers in a sentence; a place followed by
-    ", <place>" is one place ("Columbus, Ohio"), as addresses write it."""
+def _candidates(
+    sentence: _Sentence, mentions: Sequence[Mention], roles: bool = False
+) -> list[tuple[str, str]]:
+    """(text, label) of the entities, dates and numbers in a sentence, and its role phrases when
+    ``roles``; a place followed by ", <place>" is one place ("Columbus, Ohio"), as addresses
+    write it."""
     found = [(m.surface, m.label) for m in mentions if m.surface and m.surface in sentence.text]
     places = [t for t, label in found if label in PLACE]
     found += [
@@ -210,7 +228,22 @@ def _candidates(sentence: _Sentence, mentions: Sequence[Mention]) -> list[tuple[
     found += [(d.group(0), DATE[0]) for d in _DATE_SPAN.finditer(sentence.text)]
     found += [(n.group(0), NUMBER[0]) for n in _NUMBER.finditer(sentence.text)]
     found += [(n.group(0), NUMBER[0]) for n in _NUMBER_WORDS.finditer(sentence.text)]
+    if roles:
+        found += [(role, ROLE[0]) for role in role_phrases(sentence.text)]
     return found
+
+
+def role_phrases(text: str) -> list[str]:
+    """The roles a sentence states (module note above ``_ROLE_OPENS``)."""
+    out = []
+    for opened in _ROLE_OPENS.finditer(text):
+        for item in _LIST_ITEM.split(opened.group(1)):
+            if _ROLE_OPENS.match(item):
+                continue  # "... and served as captain": an opening of its own, read there
+            phrase = _ROLE_ENDS.split(item, maxsplit=1)[0].strip()
+            if phrase and _ROLE_START.match(phrase) and phrase not in out:
+                out.append(phrase)
+    return out
 
 
 def _best_span(
@@ -225,12 +258,14 @@ def _best_span(
     question's words); none the question names, nor any of the ``excluded`` (normalised) names."""
     asked = f" {normalise(question)} "
     scope = question_scope(question)
+    roles = ROLE in kind.tiers
     best: tuple[tuple[float, ...], str, _Sentence] | None = None
     for sentence in scored:
         if sentence.score <= 0:
             continue
         when = _when(scope, sentence)
-        for text, label in _candidates(sentence, by_chunk.get(sentence.context.chunk_id, [])):
+        mentioned = by_chunk.get(sentence.context.chunk_id, [])
+        for text, label in _candidates(sentence, mentioned, roles):
             tier = _tier(kind, label)
             said = normalise(text)
             if tier is None or not said or f" {said} " in asked or said in excluded:

@@ -102,9 +102,9 @@ def test_the_name_nearest_the_time_in_the_scope() -> None:
         Mention(1, "International Master", "WORK_OF_ART"),
         Mention(1, "International Grandmaster", "WORK_OF_ART"),
     ]
-    answer, _ = extractive("Which title did Krasenkow become in 1988?", [text], titles)
+    answer, _ = extractive("Which honour did Krasenkow become in 1988?", [text], titles)
     assert answer.startswith("International Master")
-    answer, _ = extractive("Which title did Krasenkow become in 1989?", [text], titles)
+    answer, _ = extractive("Which honour did Krasenkow become in 1989?", [text], titles)
     assert answer.startswith("International Grandmaster")
 
 
@@ -117,3 +117,22 @@ def test_the_sentence_that_fits_the_scope_best() -> None:
     )
     answer, _ = extractive("Who owned the house from 1811 to 1827?", [page], MENTIONS)
     assert answer.startswith("George Peter")
+
+
+def test_a_role_is_the_phrase_a_copula_introduces() -> None:
+    """A role is seldom an entity: the phrase after "was" / "became" / "served as" is read, the
+    one beside the year that holds."""
+    page = _ctx(
+        "From 1997 to 2003 he was a lecturer at the Collegium Albertinum, a seminary in Bonn. "
+        "He became a national master of the USSR in 1982 and served as team captain in 1988."
+    )
+    mentions = [Mention(1, "the Collegium Albertinum", "ORG"), Mention(1, "Bonn", "GPE")]
+    answer, _ = extractive("What position did he have from 1997 to 2003?", [page], mentions)
+    assert answer.startswith("a lecturer at the Collegium Albertinum")
+    answer, _ = extractive("Which rank did he hold in 1982?", [page], mentions)
+    assert answer.startswith("a national master of the USSR")
+    answer, _ = extractive("What role did he have in 1988?", [page], mentions)
+    assert answer.startswith("team captain")
+    # a question that asks for a person reads no role
+    answer, _ = extractive("Who taught at the seminary from 1997 to 2003?", [page], mentions)
+    assert not answer.startswith("a lecturer")
