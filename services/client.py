@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 import random
 import time
 import uuid
@@ -37,6 +38,7 @@ from pydantic import BaseModel
 
 from services.core.retry_after import retry_after_seconds
 from services.retrieval.documents import DocumentRead
+from services.retrieval.plans import Plan, PlanAnswer
 from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
@@ -185,6 +187,19 @@ def paths(source: str, target: str, *, k: int = 3, max_hops: int = MAX_HOPS) -> 
     """k shortest paths between two entities, by id or name (GET /v1/paths)."""
     params = {"from": source, "to": target, "k": k, "max_hops": max_hops}
     return Call("GET", "/v1/paths", params=params, model=PathsResponse)
+
+
+def graph_query(
+    plan: Plan | Mapping[str, Any], *, filters: Mapping[str, Any] | None = None
+) -> Call[PlanAnswer]:
+    """A typed graph plan's answer (POST /v1/graph/query; schemas/graph_plan.v1.json): count,
+    list, group, rank or compare what the key may read, each row with its evidence. ``plan``:
+    a ``Plan`` or its JSON, e.g. ``{"start": {"names": ["APAC"]}, "follow": [{"relationships":
+    ["LOCATED_IN"], "direction": "in"}], "result": {"op": "count"}}``. Checked here first, so a
+    bad plan is a ValidationError before anything is sent."""
+    body = Plan.model_validate(plan).model_dump(mode="json", exclude_defaults=True)
+    params = {} if filters is None else {"filters": json.dumps(dict(filters))}
+    return Call("POST", "/v1/graph/query", params=params, json=body, model=PlanAnswer)
 
 
 def facts(
@@ -358,6 +373,7 @@ class Client:
     entities = _sync(entities)
     entity = _sync(entity)
     paths = _sync(paths)
+    graph_query = _sync(graph_query)
     facts = _sync(facts)
     communities = _sync(communities)
     document = _sync(document)
@@ -418,6 +434,7 @@ class AsyncClient:
     entities = _async(entities)
     entity = _async(entity)
     paths = _async(paths)
+    graph_query = _async(graph_query)
     facts = _async(facts)
     communities = _async(communities)
     document = _async(document)

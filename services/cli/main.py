@@ -285,6 +285,36 @@ def query(
         typer.echo(f"  community {c.id} (level {c.level}): {c.title}")
 
 
+@app.command()
+def graph(
+    plan: Annotated[
+        str,
+        typer.Argument(
+            help="A typed graph plan as JSON, or @FILE (schemas/graph_plan.v1.json;"
+            " docs/retrieval.md, Graph questions)."
+        ),
+    ],
+    *,
+    json_out: JsonFlag = False,
+) -> None:
+    """Count, list, group, rank or compare entities of the graph with a typed plan: through
+    the query API when it runs, else from the database."""
+    from pydantic import ValidationError
+
+    from services.cli.graph import describe, plan_json, read_plan, run_plan
+    from services.retrieval.errors import Refused
+
+    try:
+        parsed = read_plan(plan)
+    except (ValidationError, OSError, ValueError) as exc:
+        raise _fail(f"not a valid plan: {exc}", 2) from exc
+    try:
+        answer = run_plan(_settings(), parsed)
+    except Refused as exc:
+        raise _fail(f"{exc.title}: {exc.detail}", 2) from exc
+    typer.echo(plan_json(answer) if json_out else "\n".join(describe(answer)))
+
+
 @app.command("eval")
 def eval_cmd(
     *,

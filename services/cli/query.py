@@ -61,14 +61,19 @@ def query_via_api(settings: Settings, req: QueryRequest) -> QueryResponse:
         timeout=300,
     )
     if resp.status_code != 200:
-        try:
-            detail = resp.json().get("detail", resp.text)
-        except ValueError:
-            detail = resp.text
-        if resp.status_code in (401, 403):
-            detail += " (set KGSTREAM_API_KEY to a key with the query scope)"
-        raise ApiError(f"query API answered {resp.status_code}: {detail}")
+        raise refusal(resp)
     return QueryResponse.model_validate(resp.json())
+
+
+def refusal(resp: httpx.Response) -> ApiError:
+    """The API's refusal as an error that says what it said (and what to set for a 401)."""
+    try:
+        detail = resp.json().get("detail", resp.text)
+    except ValueError:
+        detail = resp.text
+    if resp.status_code in (401, 403):
+        detail += " (set KGSTREAM_API_KEY to a key with the query scope)"
+    return ApiError(f"query API answered {resp.status_code}: {detail}")
 
 
 def query_direct(settings: Settings, req: QueryRequest) -> QueryResponse:

@@ -546,6 +546,13 @@ class Settings(BaseSettings):
         description="Time budget of one API request (every route but /healthz, /readyz and "
         "/metrics): 504 beyond it.",
     )
+    query_plan_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Time budget of one typed graph plan (POST /v1/graph/query, mode graph, "
+        "MCP graph_query): a plan still running then is stopped and refused with 422 "
+        "(services/retrieval/plan_exec.py).",
+    )
     query_max_concurrent: int = Field(
         default=16,
         ge=1,

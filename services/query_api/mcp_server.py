@@ -43,6 +43,7 @@ from services.query_api.problems import as_problem, problem
 from services.retrieval.documents import DocumentRead
 from services.retrieval.fact_times import MAX_FACTS
 from services.retrieval.filters import Filters, scoped
+from services.retrieval.plans import Plan, PlanAnswer
 from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
@@ -75,6 +76,7 @@ TOOL_SCOPES: Mapping[str, str] = {
     "get_entity": "query",
     "find_paths": "query",
     "find_facts": "query",
+    "graph_query": "query",
     "list_communities": "query",
     "get_document": "query",
     "ingest_documents": "ingest",
@@ -96,6 +98,10 @@ Which tool:
 - answer: the same retrieval plus a short answer with its supporting sources.
 - get_entity, find_paths, list_communities: the graph itself; find_facts: what held when
   ("who led X in 1990", "what happened to X between 2001 and 2005").
+- graph_query: questions passages cannot answer, as a typed plan over the graph: how many
+  (count), which ones (list), what follows from X (impact: follow relationships up to 3
+  hops), grouped by type or region, ranked by degree, two entities compared, or those NOT
+  related to X. Exact over what your key may read, each row with its evidence sentence.
 - get_document: a whole document's text, when a passage is not enough.
 - ingest_documents, delete_document (ingest scope): change the collection. Indexing is
   asynchronous: pass an event_id they return as after_event to search or answer to read
@@ -270,6 +276,24 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
         principal = caller_for("find_paths", ctx)
         caller = scoped(principal.caller, filters)
         return await _run(ops.paths(source, target, k, max_hops, caller))
+
+    @server.tool(
+        description="A typed graph plan (schemas/graph_plan.v1.json): start from entities by"
+        " name or type, follow relationships (types, direction out/in/both, depth; at most 3"
+        " hops in all), keep types (where), drop what is one step from named entities"
+        " (exclude: negation), then count, list (limit/offset), group (by type, or by the"
+        " entity each is related to), rank (by degree over a relationship, mentions, or"
+        " PageRank) or compare two named entities. Example, 'How many companies are in"
+        " APAC?': {start: {names: [APAC]}, follow: [{relationships: [LOCATED_IN], direction:"
+        " in}], where: {types: [ORG]}, result: {op: count}}. Rows carry evidence (doc_id,"
+        " sentence); notes say which names matched nothing. Relationship and entity types"
+        " are those get_entity shows.",
+        annotations=read_only,
+    )
+    async def graph_query(plan: Plan, ctx: Context, filters: FiltersArg = None) -> PlanAnswer:
+        principal = caller_for("graph_query", ctx)
+        caller = scoped(principal.caller, filters)
+        return await _run(ops.graph_query(plan, caller))
 
     @server.tool(
         description="Time-scoped facts: sentences of the documents that state when something"

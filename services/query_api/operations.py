@@ -41,6 +41,8 @@ from services.retrieval.fact_times import Window, read_facts
 from services.retrieval.global_mode import list_communities
 from services.retrieval.graph_holder import report_of
 from services.retrieval.paths import find_routes
+from services.retrieval.plan_exec import execute
+from services.retrieval.plans import Plan, PlanAnswer
 from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
@@ -118,6 +120,18 @@ class Operations:
             ]
             routes, _ = await find_routes(conn, ends[0].id, ends[1].id, k, max_hops, caller=reader)
         return PathsResponse(source=ends[0], target=ends[1], snapshot_id=snapshot_id, paths=routes)
+
+    async def graph_query(self, plan: Plan, caller: Caller) -> PlanAnswer:
+        """A typed graph plan's answer from what the caller can see (plan_exec.py), within
+        ``query_plan_timeout_s``."""
+        async with self.service.read_as(caller) as (conn, snapshot_id, reader):
+            return await execute(
+                conn,
+                plan,
+                reader,
+                snapshot_id=snapshot_id,
+                budget_s=self.settings.query_plan_timeout_s,
+            )
 
     async def facts(  # noqa: PLR0917 - the route's parameters, as it takes them
         self,

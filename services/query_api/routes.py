@@ -23,6 +23,7 @@ from services.retrieval.fact_times import MAX_FACTS
 from services.retrieval.filters import Filters, scoped
 from services.retrieval.graph_holder import report_of
 from services.retrieval.monitoring import FeedbackLedger, parse_query_id
+from services.retrieval.plans import Plan, PlanAnswer
 from services.retrieval.schemas import (
     MAX_HOPS,
     CommunitiesResponse,
@@ -134,6 +135,15 @@ async def paths(
 ) -> PathsResponse:
     """k shortest paths (≤ max_hops) between two entities given by id or name."""
     return await ops.paths(source, target, k, max_hops, caller)
+
+
+@router.post("/v1/graph/query", response_model=PlanAnswer, tags=["graph"], dependencies=[QUERY])
+async def graph_query(plan: Plan, ops: OpsDep, caller: ScopedCallerDep) -> PlanAnswer:
+    """Answer a typed graph plan (schemas/graph_plan.v1.json): count, list, group, rank or
+    compare entities reached from named or typed ones along relationships, each row with its
+    evidence, under the caller's visibility (and ``filters``). A plan that would reach too
+    many entities or run too long is refused with 422 and what to narrow."""
+    return await ops.graph_query(plan, caller)
 
 
 @router.get("/v1/facts", response_model=FactsResponse, tags=["graph"], dependencies=[QUERY])

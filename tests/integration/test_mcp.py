@@ -395,3 +395,26 @@ def test_the_typescript_sdk_client_talks_to_it(stack: Stack, node_client: list[s
     assert result["isError"] is False
     assert result["structured"]["contexts"]
     assert {"doc_id", "chunk_id", "text"} <= set(result["structured"]["contexts"][0])
+
+
+async def test_graph_query_counts_and_lists_with_evidence(stack: Stack) -> None:
+    async with mcp_client(stack.url, stack.keys["reader"]) as client:
+        plan = {
+            "start": {"names": [stack.target]},
+            "follow": [{"direction": "both"}],
+            "result": {"op": "list", "limit": 200},
+        }
+        listed = payload(await client.call_tool("graph_query", {"plan": plan}))
+        assert listed["count"] == len(listed["rows"]) > 0
+        assert [r["name"] for r in listed["started_from"]] == [stack.target]
+        assert all(r["hops"] == 1 and r["evidence"] for r in listed["rows"])
+        counted = {**plan, "result": {"op": "count"}}
+        assert (
+            payload(await client.call_tool("graph_query", {"plan": counted}))["count"]
+            == (listed["count"])
+        )
+        bad = await client.call_tool(
+            "graph_query", {"plan": {"start": {}, "result": {"op": "count"}}}
+        )
+        assert bad.is_error
+        assert "start needs names or types" in text_of(bad)
