@@ -48,6 +48,7 @@ from tests.conftest import Infra
 from tests.support.access import accesses, assign
 from tests.support.mcp_client import LOCAL, mcp_client, payload, sessions_running
 from tests.support.openai_stub import OpenAIStub
+from tests.support.plan_oracle import plan_answer, plans, read_rows
 from tests.support.query_fixtures import COMMUNITIES, SAMPLE, clone_database
 
 pytestmark = pytest.mark.integration
@@ -877,3 +878,31 @@ async def test_whole_corpus_reads_equal_the_filtered_reads(
         assert len(communities) < len(
             (await env.get(caller, "/v1/communities")).json()["communities"]
         )
+
+
+@HALF
+@given(data=st.data())
+async def test_graph_plans_count_only_what_the_caller_sees(env: Env, data: st.DataObject) -> None:
+    """A typed plan's answer (POST /v1/graph/query) is exactly the reference's: the entities
+    the caller's documents name, reached through relationships its documents evidence; every
+    evidence sentence from a visible document (tests/support/plan_oracle.py)."""
+    access, caller = data.draw(scenarios(env.corpus.docs), label="scenario")
+    await env.assign(access)
+    oracle = Oracle(env.corpus, caller, access)
+    async with env.engine.connect() as conn:
+        rows = await read_rows(conn)
+    for who in (caller, Caller.operator()):
+        plan = data.draw(plans(rows.surfaces, rows.types), "plan")
+        env.box.caller = who
+        resp = await env.client.post("/v1/graph/query", json=plan)
+        assert resp.status_code == 200, resp.text
+        answer = resp.json()
+        want = plan_answer(rows, None if who.admin else oracle.docs, plan)
+        event(f"plan answer: {'empty' if not want else 'some'}")
+        assert answer["count"] == len(want), (plan, answer["notes"])
+        if plan["result"]["op"] == "list":
+            assert {r["id"] for r in answer["rows"]} == want
+        for evidence in (e for r in answer["rows"] for e in r["evidence"]):
+            if not who.admin:
+                assert evidence["doc_id"] in oracle.docs
+                oracle.no_hidden_text(evidence["sentence"])

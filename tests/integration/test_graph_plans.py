@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from sqlalchemy import text
 
@@ -34,6 +36,7 @@ from tests.integration.test_curations import ingest
 from tests.support.api_client import api_client
 from tests.support.cli import kgstream
 from tests.support.graph import create_database, drop_database
+from tests.support.plan_oracle import plan_answer, plans, read_rows
 from tests.support.property_corpus import T0, Env
 
 pytestmark = pytest.mark.integration
@@ -426,4 +429,53 @@ async def test_cli_and_python_client(
                 with pytest.raises(ValidationError):
                     await client.graph_query({"start": {}, "result": {"op": "count"}})
     finally:
+        await engine.dispose()
+
+
+GROUPS = ("legal", "sales", "ops")
+NAMES = sorted({name for _, _, entities, _ in WORLD for name, _ in entities})
+TYPES = sorted({rel for *_, rels in WORLD for _, rel, _ in rels})
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+async def test_any_plan_under_any_acls_equals_the_reference(
+    built: str, data: st.DataObject
+) -> None:
+    """Drawn ACLs on these documents, whose entities recur across them (so a relationship can
+    be hidden while both its ends stay visible), a drawn caller and plan: the answer is the
+    reference's (tests/support/plan_oracle.py), and a restricted caller's evidence is from
+    documents it may read."""
+    acls = {
+        doc: data.draw(st.none() | st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2), doc)
+        for doc, *_ in WORLD
+    }
+    caller = Caller(groups=frozenset(data.draw(st.sets(st.sampled_from(GROUPS)), "groups")))
+    engine = make_engine(built)
+    try:
+        async with engine.begin() as conn:
+            for doc, acl in acls.items():
+                await conn.execute(
+                    text("UPDATE documents SET acl = :a WHERE doc_id = :d"), {"a": acl, "d": doc}
+                )
+            rows = await read_rows(conn)
+        readable = {d for d, acl in acls.items() if acl is None or caller.groups & set(acl)}
+        plan = data.draw(plans(NAMES, TYPES), "plan")
+        answer = await run(built, plan, caller)
+        want = plan_answer(rows, readable, plan)
+        event(
+            f"readable: {len(readable)} of {len(WORLD)}; answer {'empty' if not want else 'some'}"
+        )
+        assert answer.count == len(want), (plan, answer.notes)
+        if plan["result"]["op"] == "list":
+            assert {r.id for r in answer.rows} == want
+        assert all(e.doc_id in readable for r in answer.rows for e in r.evidence)
+    finally:
+        async with engine.begin() as conn:  # as built: only the secret document restricted
+            await conn.execute(text("UPDATE documents SET acl = NULL"))
+            await conn.execute(
+                text("UPDATE documents SET acl = '{legal}' WHERE doc_id = 'd-secret'")
+            )
         await engine.dispose()
