@@ -357,12 +357,12 @@ def eval_cmd(
     hop is lost. Global mode needs a published community snapshot: it is reported unavailable
     when the community engine cannot build one."""
     from services.cli.evaluate import table
-    from services.eval.runner import MODES, EvalConfig, EvalInputError, evaluate
+    from services.eval.runner import CHOOSABLE, EvalConfig, EvalInputError, evaluate
 
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
-    unknown = sorted(set(chosen) - set(MODES))
+    unknown = sorted(set(chosen) - set(CHOOSABLE))
     if unknown or not chosen:
-        raise _fail(f"unknown mode(s) {unknown}: choose from {', '.join(MODES)}", 2)
+        raise _fail(f"unknown mode(s) {unknown}: choose from {', '.join(CHOOSABLE)}", 2)
     if keep is not None and database_url:
         raise _fail("--keep and --database-url exclude each other: --keep manages its own", 2)
     settings = _settings()

@@ -546,6 +546,12 @@ class Settings(BaseSettings):
         description="Time budget of one API request (every route but /healthz, /readyz and "
         "/metrics): 504 beyond it.",
     )
+    query_route_graph: bool = Field(
+        default=True,
+        description="Auto mode answers a question whose words state a typed graph plan (a "
+        "count, list, ranking, comparison or impact analysis from a named entity along a "
+        "relationship type of the graph) with that plan (services/retrieval/plan_rules.py).",
+    )
     query_plan_timeout_s: float = Field(
         default=5.0,
         gt=0,

@@ -75,3 +75,45 @@ def best_over(score: Callable[[str, str], float], prediction: str, refs: Sequenc
     """The best score of the prediction against any reference (0 without references)."""
     cleaned = strip_citations(prediction)
     return max((score(cleaned, r) for r in refs), default=0.0)
+
+
+def exact_items(answer: str, expected: Any) -> tuple[float, float] | None:
+    """(precision, recall) of a graph answer against an exact expected answer (issue 33's
+    corpus, ``answer_set``): a count (an integer: both 1.0 when the answer is that number, else
+    0), a set of names (the answer's items, "; " between them), or a comparison ({"shared",
+    "only_a", "only_b"}: the pairs (part, name) of the answer's "shared: ... | only A: ... |
+    only B: ..." parts, a neighbour written "TYPE direction: Name"); None when there is none."""
+    text = strip_citations(answer).strip()
+    if isinstance(expected, bool) or expected is None:
+        return None
+    if isinstance(expected, int):
+        head = text.split()[0] if text.split() else ""
+        hit = float(head.isdigit() and int(head) == expected)
+        return hit, hit
+    if isinstance(expected, Mapping):
+        want = {
+            (part, normalise(n))
+            for part in ("shared", "only_a", "only_b")
+            for n in expected.get(part, ())
+        }
+        got = set()
+        for part, said in zip(("shared", "only_a", "only_b"), text.split(" | "), strict=False):
+            names = said.partition(": ")[2]
+            got |= {
+                (part, normalise(n.rpartition(": ")[2]))
+                for n in names.split(", ")
+                if n and n != "nothing"
+            }
+        return _overlap(got, want)
+    if isinstance(expected, Iterable) and not isinstance(expected, str):
+        return _overlap(
+            {normalise(n) for n in text.split("; ") if n}, {normalise(str(n)) for n in expected}
+        )
+    return None
+
+
+def _overlap(got: set[Any], want: set[Any]) -> tuple[float, float]:
+    if not got or not want:
+        return float(got == want), float(got == want)
+    same = len(got & want)
+    return same / len(got), same / len(want)

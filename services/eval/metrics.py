@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.eval.abstention import abstention_scores, majority
-from services.eval.answer_scores import best_over, contains, exact_match, normalise, token_f1
+from services.eval.answer_scores import (
+    best_over,
+    contains,
+    exact_items,
+    exact_match,
+    normalise,
+    token_f1,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class QuestionResult:
     num_hops: int = 0  # the question's hop count when it states one
     unanswerable: bool = False  # the set says nothing answers it (services/eval/abstention.py)
     abstained: bool = False  # the answer says it does not know
+    answer_set: Any = None  # an exact answer: a count, names, a comparison (answer_scores.py)
 
     @property
     def hops(self) -> int:
@@ -142,6 +150,7 @@ def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
     def answers(score: Callable[[str, str], float], over: Sequence[QuestionResult]) -> float:
         return mean((best_over(score, r.answer, r.references) for r in over), len(over))
 
+    exact = [s for r in results if (s := exact_items(r.answer, r.answer_set)) is not None]
     return {
         "recall": mean((recall_at(r.ranked_doc_ids, r.gold, k) for r in golden), g),
         "all_gold": mean((all_gold_at(r.ranked_doc_ids, r.gold, k) for r in golden), g),
@@ -165,6 +174,23 @@ def summarise(results: Sequence[QuestionResult], k: int) -> dict[str, Any]:
         "llm_calls": mean((r.llm_calls for r in results), n),
         "llm_tokens": mean((r.llm_tokens for r in results), n),
         "followup_tokens": mean((r.followup_tokens for r in results), n),
+        **exact_scores(exact),
+    }
+
+
+def exact_scores(scored: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """Exact answers' mean precision, recall and F1 (F1 per question, then averaged), and
+    how many had one; nothing when none did."""
+    if not scored:
+        return {}
+    f1s = [2 * p * r / (p + r) if p + r else 0.0 for p, r in scored]
+    n = len(scored)
+    return {
+        "exact_precision": round(sum(p for p, _ in scored) / n, 4),
+        "exact_recall": round(sum(r for _, r in scored) / n, 4),
+        "exact_f1": round(sum(f1s) / n, 4),
+        "exact_right": round(sum(f == 1.0 for f in f1s) / n, 4),
+        "n_exact": n,
     }
 
 
@@ -192,6 +218,7 @@ def question_row(r: QuestionResult, k: int) -> dict[str, Any]:
         "llm_tokens": r.llm_tokens,
         "followup_tokens": r.followup_tokens,
         "latency_ms": round(r.latency_ms, 1),
+        "answer_set": r.answer_set,
     }
 
 

@@ -40,7 +40,8 @@ from services.retrieval.service import QUERY_CPU_WORKERS, QueryService, build_qu
 
 log = logging.getLogger(__name__)
 BATCH = 16
-MODES = ("vector", "local", "global", "auto")
+MODES = ("vector", "local", "global", "auto")  # the default
+CHOOSABLE = (*MODES, "path", "graph")  # --modes may name these
 OPERATOR = Caller.operator()  # the eval reads the whole corpus
 
 
@@ -257,6 +258,7 @@ async def run_questions(
                 num_hops=int((q.get("metadata") or {}).get("num_hops") or 0),
                 unanswerable=unanswerable(q),
                 abstained=abstains(resp.answer, resp.abstained),
+                answer_set=q.get("answer_set"),
             )
         )
     return results

@@ -158,7 +158,7 @@ def _of(model: type[T], resp: QueryResponse) -> T:
 PrincipalOf = Callable[[Context], Principal]
 # The arguments search and answer share (the SDK reads them from the signatures).
 Question = Annotated[str, Field(min_length=1, description="The question.")]
-ModeArg = Annotated[RequestMode, Field(description="auto|vector|local|global|path")]
+ModeArg = Annotated[RequestMode, Field(description="auto|vector|local|global|path|graph")]
 KArg = Annotated[int, Field(ge=1, le=50, description="Passages to retrieve.")]
 LevelArg = Annotated[int | None, Field(ge=0, le=16, description="Community level (global).")]
 DocId = Annotated[str, NoControl, Field(min_length=1, max_length=512, description="A doc_id.")]

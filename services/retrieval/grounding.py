@@ -144,6 +144,14 @@ def question_keys(question: str, spans: Iterable[str]) -> set[str]:
     return set(key_places(question, spans))
 
 
+async def exact_matches(
+    conn: AsyncConnection, keys: Iterable[str], caller: Caller
+) -> Sequence[Any]:
+    """(id, name, mention count, matched key) of the entities whose name or alias has one of
+    these keys, as the caller may see them (a restricted caller: name '' and count 0)."""
+    return (await conn.execute(*_EXACT.bind(caller, {"k": sorted(keys)}))).all()
+
+
 def key_places(question: str, spans: Iterable[str]) -> dict[str, set[tuple[int, int]]]:
     """Each candidate key with the word ranges [start, end) where the question says it (an
     extracted span found nowhere in the question's words has no range)."""
@@ -219,7 +227,7 @@ async def ground(
     exactly (misspellings and variants; a span that names an entity exactly is grounded), for
     entities the caller can see, by the names it can see."""
     places = key_places(question, spans)
-    rows = (await conn.execute(*_EXACT.bind(caller, {"k": sorted(places)}))).all()
+    rows = await exact_matches(conn, places, caller)
     matched = {str(r[3]) for r in rows}
     inside = subsumed(matched, places)
     kept = matched - inside

@@ -192,6 +192,8 @@ async def _answer(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer:
     kept = {e for e in kept if e in facts}
     if plan.where is not None:
         types = set(plan.where.types)
+        if plan.where.like_start:
+            types |= {facts[e].type for e in start_ids}
         kept = {e for e in kept if facts[e].type in types}
     answer = PlanAnswer(plan=plan, snapshot_id=snapshot_id, started_from=started, count=len(kept))
     op = plan.result

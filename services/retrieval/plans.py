@@ -67,9 +67,17 @@ class Step(_Strict):
 
 
 class Where(_Strict):
-    """The reached entities kept: of these types."""
+    """The reached entities kept: of these types, or (``like_start``) of the start entities'
+    types ("what is affected if X fails": things of X's kind)."""
 
-    types: list[TypeName] = Field(min_length=1, max_length=MAX_TYPES)
+    types: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
+    like_start: bool = False
+
+    @model_validator(mode="after")
+    def _something(self) -> Where:
+        if not self.types and not self.like_start:
+            raise ValueError("where needs types or like_start")
+        return self
 
 
 class Exclude(_Strict):
@@ -203,3 +211,33 @@ class PlanAnswer(_Strict):
     comparison: Comparison | None = None
     statements: int = 0  # round trips the plan took
     notes: list[str] = Field(default_factory=list)
+
+
+def plan_text(answer: PlanAnswer) -> str:
+    """A plan's answer in words: the count; the entities listed, "; " between them; the top of
+    a ranking (those tied at the top); the groups with their sizes; a comparison's shared and own
+    neighbours. "I don't know" when the plan reached nothing (names the caller cannot see, or
+    no relationship)."""
+    op, rows = answer.plan.result.op, answer.rows
+    if op == "compare" and answer.comparison is not None:
+        said = _compared(answer.comparison)
+    elif not answer.started_from:
+        said = "I don't know: the question names no entity you can see in the graph."
+    elif op == "count":
+        said = str(answer.count)
+    elif op == "group":
+        said = "; ".join(f"{g.key}: {g.count}" for g in answer.groups) or "none"
+    elif not rows:
+        said = "I don't know: nothing in the graph is related to it that way."
+    elif op == "rank" and rows[0].value is not None:  # "the most": the top, ties and all
+        said = "; ".join(r.name for r in rows if r.value == rows[0].value)
+    else:
+        said = "; ".join(r.name for r in rows)
+    return said
+
+
+def _compared(c: Comparison) -> str:
+    parts = [f"shared: {'; '.join(c.shared) or 'nothing'}"]
+    parts.append(f"only {c.a.entity.name}: {'; '.join(c.only_a) or 'nothing'}")
+    parts.append(f"only {c.b.entity.name}: {'; '.join(c.only_b) or 'nothing'}")
+    return " | ".join(parts)

@@ -16,9 +16,10 @@ from pydantic import (
 )
 
 from services.retrieval.filters import Filters
+from services.retrieval.plans import PlanAnswer
 
-Mode = Literal["vector", "local", "global", "path"]
-RequestMode = Literal["auto", "vector", "local", "global", "path"]
+Mode = Literal["vector", "local", "global", "path", "graph"]
+RequestMode = Literal["auto", "vector", "local", "global", "path", "graph"]
 Arm = Literal["requested", "routed", "swapped"]
 MAX_QUESTION_CHARS = 2000
 MAX_K = 50
@@ -64,7 +65,8 @@ class QueryRequest(BaseModel):
     mode: RequestMode = Field(
         default="auto",
         description="auto (routed), vector (dense + BM25), local (entity graph), global "
-        "(community summaries), path (paths between two named entities).",
+        "(community summaries), path (paths between two named entities), graph (a count, list, "
+        "ranking, comparison or impact analysis read as a typed plan: POST /v1/graph/query).",
     )
     k: int = Field(
         default=5, ge=1, le=MAX_K, description="Contexts to return (1-50, or KGSTREAM_QUERY_MAX_K)."
@@ -177,6 +179,11 @@ class QueryResponse(BaseModel):
         default_factory=list, description="Explaining hops: [entity, relation, entity, evidence]."
     )
     routes: list[Route] = Field(default_factory=list, description="Whole paths (path mode).")
+    graph: PlanAnswer | None = Field(
+        default=None,
+        description="Graph mode: the typed plan the question was read as, as executed, with its "
+        "rows and their evidence (POST /v1/graph/query's answer).",
+    )
     communities: list[CommunityHit] = Field(default_factory=list)
     grounded_entities: list[str] = Field(default_factory=list)
     timings: dict[str, float] = Field(default_factory=dict)

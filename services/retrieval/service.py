@@ -26,7 +26,7 @@ from services.core.extraction import Extractor
 from services.core.model_meter import NO_METER, ModelMeter, embed_metered, extract_metered
 from services.core.settings import Settings
 from services.retrieval import answer as answers
-from services.retrieval import graph_memory, monitoring, router
+from services.retrieval import graph_memory, monitoring, plan_exec, router
 from services.retrieval.as_of import as_of_caller, past_reads
 from services.retrieval.chains import ChainStart
 from services.retrieval.community_vectors import CommunityVectors
@@ -49,6 +49,8 @@ from services.retrieval.local import LocalMethods, LocalWeights, Ranker, local_s
 from services.retrieval.map_reduce import map_reduce
 from services.retrieval.multistep import FollowUps
 from services.retrieval.paths import path_retrieve
+from services.retrieval.plan_rules import GraphWords, names_said, plan_for
+from services.retrieval.plans import PlanAnswer, plan_text
 from services.retrieval.replicas import ReadRouter, Wanted
 from services.retrieval.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
 from services.retrieval.vector import CURRENT, PassageReads, hybrid_search
@@ -78,6 +80,8 @@ class QueryConfig:
     local_followups: int = 0  # LLM follow-up searches after a local retrieval (0: none)
     ab_share: float = 0.0  # auto-routed queries that take the other arm's mode (monitoring.py)
     ground_metadata: bool = True  # questions naming a facet's value read those documents
+    route_graph: bool = True  # auto mode answers a question a typed plan states (plan_rules)
+    plan_timeout_s: float = 5.0  # a plan's time budget (plan_exec.py)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryConfig:
@@ -102,6 +106,8 @@ class QueryConfig:
             local_followups=settings.query_local_followups,
             ab_share=settings.query_ab_share,
             ground_metadata=settings.query_ground_metadata,
+            route_graph=settings.query_route_graph,
+            plan_timeout_s=settings.query_plan_timeout_s,
         )
 
 
@@ -134,6 +140,7 @@ class QueryService:
     withheld: WithheldCache = field(default_factory=WithheldCache)  # core/erasure.py
     meter: ModelMeter = NO_METER  # model calls (services/core/model_meter.py)
     reads: ReadRouter | None = None  # replicas or the primary (services/retrieval/replicas.py)
+    graph_words: GraphWords = field(default_factory=GraphWords)  # plan_rules.py
     graph: GraphHolder | None = None  # the walked graph in memory (graph_holder.py)
     draw: Callable[[], float] = random.random  # the A/B split's draw in [0, 1)
 
@@ -207,6 +214,11 @@ class QueryService:
         taken = self.held_graph(req)
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
             memory = await self.walkable(conn, taken, reader)
+            graphed, mode, routed_why = await self._graph_first(
+                conn, req, reader, snapshot_id, (mode, routed_why, arm, t0)
+            )
+            if graphed is not None:
+                return graphed
             retrieve = functools.partial(
                 self._retrieve,
                 conn,
@@ -254,10 +266,8 @@ class QueryService:
             result.notes.append(f"LLM answer failed ({type(exc).__name__}); extractive answer")
             text_answer, support = _offline_answer(req, result)
         t_end = time.perf_counter()
-        if routed_why:
-            result.notes.insert(0, routed_why)
-        if scope is not None:
-            result.notes.insert(0, f"filters: {scope.describe()}")
+        said = (f"filters: {scope.describe()}" if scope is not None else "", routed_why)
+        result.notes[:0] = [note for note in said if note]
         return QueryResponse(
             query_id=monitoring.query_id(result.mode, arm),
             arm=arm,
@@ -433,6 +443,48 @@ class QueryService:
             notes.append(f"{mode}: no entity of the question is in the graph; answered by vector")
         return Retrieval("vector", await self._hybrid(asked), notes=notes)
 
+    async def _graph_first(
+        self,
+        conn: AsyncConnection,
+        req: QueryRequest,
+        caller: Caller,
+        snapshot_id: int | None,
+        asked: tuple[Mode, str, Arm, float],
+    ) -> tuple[QueryResponse | None, Mode, str]:
+        """Graph mode, or auto mode when the question states a plan: its answer; otherwise
+        the mode to go on with (graph mode that states no plan falls back to local) and why."""
+        mode, why, arm, t0 = asked
+        if not (
+            mode == "graph"
+            or (req.mode == "auto" and self.config.route_graph and req.as_of is None)
+        ):
+            return None, mode, why
+        planned = await self._graph(conn, req, caller, snapshot_id)
+        if planned is not None:
+            routed = "" if req.mode == "graph" else "auto → graph: the question states a plan"
+            return _graph_response(req, planned, arm, routed, time.perf_counter() - t0), mode, why
+        if mode != "graph":
+            return None, mode, why
+        fallback = (
+            "graph: the question names no entity or uses no relationship type of the graph "
+            "(docs/retrieval.md, Graph questions); answered by local"
+        )
+        return None, "local", fallback
+
+    async def _graph(
+        self, conn: AsyncConnection, req: QueryRequest, caller: Caller, snapshot_id: int | None
+    ) -> PlanAnswer | None:
+        """The question's answer as a typed plan (plan_rules.py), when its words state one."""
+        types = await self.graph_words.get(conn)
+        if not types and req.mode != "graph":
+            return None  # a graph of co-occurrences only: no plan can be stated
+        plan = plan_for(req.question, await names_said(conn, req.question, caller), types)
+        if plan is None:
+            return None
+        return await plan_exec.execute(
+            conn, plan, caller, snapshot_id=snapshot_id, budget_s=self.config.plan_timeout_s
+        )
+
     async def _path(self, asked: _Asked, grounding: Grounding) -> Retrieval | None:
         """Paths between the question's entities, topped up with the best passages to k."""
         k, max_hops = asked.req.k, self.config.path_max_hops
@@ -570,6 +622,30 @@ def build_query_service(
         meter=meter,
         reads=reads or ReadRouter.from_settings(settings, engine, replicas=False),
         graph=graph,
+    )
+
+
+def _graph_response(
+    req: QueryRequest, planned: PlanAnswer, arm: Arm, why: str, seconds: float
+) -> QueryResponse:
+    """A graph-mode answer: the plan's rows as the answer's text, the plan and its evidence."""
+    notes = [why] if why else []
+    text = plan_text(planned)
+    return QueryResponse(
+        query_id=monitoring.query_id("graph", arm),
+        arm=arm,
+        answer=text,
+        support="; ".join(
+            f"{e.sentence} [{e.doc_id}]" for r in planned.rows[:3] for e in r.evidence[:1]
+        ),
+        abstained=answers.abstains(text),
+        mode_used="graph",
+        snapshot_id=planned.snapshot_id,
+        contexts=[],
+        grounded_entities=[r.name for r in planned.started_from] if req.explain else [],
+        graph=planned,
+        timings={"total_ms": seconds * 1000},
+        notes=notes + planned.notes,
     )
 
 

@@ -479,3 +479,47 @@ async def test_any_plan_under_any_acls_equals_the_reference(
                 text("UPDATE documents SET acl = '{legal}' WHERE doc_id = 'd-secret'")
             )
         await engine.dispose()
+
+
+async def test_questions_become_plans_in_graph_and_auto_mode(
+    *,
+    built: str,
+    infra: Infra,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    """POST /v1/query reads a question that states a plan as that plan (auto mode routes it),
+    under the key's visibility; a question that states none is answered as before."""
+    engine = make_engine(built)
+    try:
+        _, legal = await create_key(engine, ["query"], groups=["legal"], name="legal-q")
+        _, sales = await create_key(engine, ["query"], groups=["sales"], name="sales-q")
+        async with api_client(infra, built, engine, (embedder, extractor, cpu_pool)) as client:
+
+            async def ask(key: str, question: str, mode: str = "auto") -> dict[str, Any]:
+                headers = {"Authorization": f"Bearer {key}"}
+                body = {"question": question, "mode": mode}
+                resp = await client.post("/v1/query", json=body, headers=headers)
+                assert resp.status_code == 200, resp.text
+                data: dict[str, Any] = resp.json()
+                return data
+
+            counted = await ask(legal, "How many companies are located in APAC?")
+            assert counted["mode_used"] == "graph"
+            assert counted["answer"] == "3"
+            assert counted["notes"][0] == "auto → graph: the question states a plan"
+            assert counted["graph"]["plan"]["follow"][0]["relationships"] == ["LOCATED_IN"]
+            assert (await ask(sales, "How many companies are located in APAC?"))["answer"] == "2"
+            impact = await ask(legal, "What is affected if Norvale Components goes bankrupt?")
+            assert impact["answer"] == "Brightwater Motors; Calder Fleet; Dunmore Rail"
+            assert all(r["evidence"] for r in impact["graph"]["rows"])
+            suppliers = await ask(sales, "Who supplies Calder Fleet?", mode="graph")
+            assert suppliers["answer"] == "Brightwater Motors"  # Orrin's supply is hidden
+            plain = await ask(legal, "Tell me about Norvale Components.")
+            assert plain["mode_used"] != "graph"
+            fallback = await ask(legal, "Tell me about Norvale Components.", mode="graph")
+            assert fallback["mode_used"] == "local"
+            assert fallback["notes"][0].startswith("graph: the question names no entity")
+    finally:
+        await engine.dispose()
