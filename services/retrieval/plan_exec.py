@@ -75,6 +75,17 @@ _ENDS = {
 def _step_sql(direction: str, visible: bool) -> str:
     """(from, to, relationship id) of one step from the entities ``:f`` along relationships
     of the types ``:t`` (any when ``:any``)."""
+    return _step_rows(direction, visible) + " ORDER BY 3 LIMIT :n"
+
+
+def _degree_sql(direction: str, visible: bool) -> str:
+    """(entity, its distinct neighbours one such step away) for the entities ``:f``: counted
+    by the database, so a hub's degree costs no rows."""
+    rows = _step_rows(direction, visible)
+    return f"SELECT here, count(DISTINCT there) FROM ({rows}) s(here, there, rid) GROUP BY here"  # noqa: S608 - constants
+
+
+def _step_rows(direction: str, visible: bool) -> str:
     parts = []
     for way in ("out", "in") if direction == "both" else (direction,):
         here, there = _ENDS[way]
@@ -82,11 +93,15 @@ def _step_sql(direction: str, visible: bool) -> str:
         if visible:
             where += " AND " + relationship_visible("r.id", "r.source_id", "r.target_id")
         parts.append(f"SELECT {here}, {there}, r.id FROM relationships r WHERE {where}")  # noqa: S608 - constants
-    return " UNION ALL ".join(parts) + " ORDER BY 3 LIMIT :n"
+    return " UNION ALL ".join(parts)
 
 
 _STEPS = {
     direction: Filtered.of(_step_sql(direction, False), _step_sql(direction, True))
+    for direction in ("out", "in", "both")
+}
+_DEGREES = {
+    direction: Filtered.of(_degree_sql(direction, False), _degree_sql(direction, True))
     for direction in ("out", "in", "both")
 }
 _EVIDENCE = Filtered.of(
@@ -377,8 +392,13 @@ async def _rank_values(
         rows = await run.conn.execute(_PAGERANK, {"s": snapshot_id, "e": list(ordered)})
         return {int(e): float(p) for e, p in rows.all()}
     related = plan.result.related or Related(direction="both")
-    neighbours = await _related(run, related, ordered)
-    return {e: float(len(neighbours.get(e, ()))) for e in ordered}
+    values = {
+        "f": list(ordered),
+        "t": list(related.relationships),
+        "any": not related.relationships,
+    }
+    degrees = {int(e): float(n) for e, n in await run.rows(_DEGREES[related.direction], values)}
+    return {e: degrees.get(e, 0.0) for e in ordered}
 
 
 async def _groups(

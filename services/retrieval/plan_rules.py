@@ -136,6 +136,12 @@ async def names_said(conn: AsyncConnection, question: str, caller: Caller) -> li
     return out
 
 
+def asks_graph(question: str) -> bool:
+    """The question's words ask for a count, a ranking, a comparison or an impact analysis
+    (what an LLM is asked to write a plan for in auto mode: a call per question otherwise)."""
+    return any(p.search(question) for p in (_COUNT, _COMPARE, _IMPACT, _RANK))
+
+
 def plan_for(question: str, said: Sequence[Said], types: Sequence[str]) -> Plan | None:
     """The plan the question's words state (module docstring), or None."""
     words = [w.lower() for w in _WORD.findall(question)]

@@ -49,7 +49,8 @@ from services.retrieval.local import LocalMethods, LocalWeights, Ranker, local_s
 from services.retrieval.map_reduce import map_reduce
 from services.retrieval.multistep import FollowUps
 from services.retrieval.paths import path_retrieve
-from services.retrieval.plan_rules import GraphWords, names_said, plan_for
+from services.retrieval.plan_llm import llm_plan
+from services.retrieval.plan_rules import GraphWords, asks_graph, names_said, plan_for
 from services.retrieval.plans import PlanAnswer, plan_text
 from services.retrieval.replicas import ReadRouter, Wanted
 from services.retrieval.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
@@ -215,7 +216,7 @@ class QueryService:
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
             memory = await self.walkable(conn, taken, reader)
             graphed, mode, routed_why = await self._graph_first(
-                conn, req, reader, snapshot_id, (mode, routed_why, arm, t0)
+                conn, req, reader, snapshot_id, (mode, routed_why, arm, t0), usage=usage
             )
             if graphed is not None:
                 return graphed
@@ -450,6 +451,8 @@ class QueryService:
         caller: Caller,
         snapshot_id: int | None,
         asked: tuple[Mode, str, Arm, float],
+        *,
+        usage: Usage,
     ) -> tuple[QueryResponse | None, Mode, str]:
         """Graph mode, or auto mode when the question states a plan: its answer; otherwise
         the mode to go on with (graph mode that states no plan falls back to local) and why."""
@@ -459,31 +462,57 @@ class QueryService:
             or (req.mode == "auto" and self.config.route_graph and req.as_of is None)
         ):
             return None, mode, why
-        planned = await self._graph(conn, req, caller, snapshot_id)
+        planned, notes = await self._graph(conn, req, caller, snapshot_id, usage)
         if planned is not None:
-            routed = "" if req.mode == "graph" else "auto → graph: the question states a plan"
-            return _graph_response(req, planned, arm, routed, time.perf_counter() - t0), mode, why
+            if req.mode != "graph":
+                notes.insert(0, "auto → graph: the question states a plan")
+            took = time.perf_counter() - t0
+            answered = _graph_response(
+                req, planned, arm=arm, notes=notes, seconds=took, usage=usage
+            )
+            return answered, mode, why
         if mode != "graph":
             return None, mode, why
         fallback = (
             "graph: the question names no entity or uses no relationship type of the graph "
             "(docs/retrieval.md, Graph questions); answered by local"
         )
-        return None, "local", fallback
+        return None, "local", "; ".join([fallback, *notes])
 
     async def _graph(
-        self, conn: AsyncConnection, req: QueryRequest, caller: Caller, snapshot_id: int | None
-    ) -> PlanAnswer | None:
-        """The question's answer as a typed plan (plan_rules.py), when its words state one."""
+        self,
+        conn: AsyncConnection,
+        req: QueryRequest,
+        caller: Caller,
+        snapshot_id: int | None,
+        usage: Usage,
+    ) -> tuple[PlanAnswer | None, list[str]]:
+        """The question's answer as a typed plan, when it states one, and notes: the model's
+        plan when an LLM is configured and the question reads as a graph question (or graph
+        mode was asked for), else (or when the model's plan does not validate) the rules'."""
         types = await self.graph_words.get(conn)
         if not types and req.mode != "graph":
-            return None  # a graph of co-occurrences only: no plan can be stated
-        plan = plan_for(req.question, await names_said(conn, req.question, caller), types)
+            return None, []  # a graph of co-occurrences only: no plan can be stated
+        said = await names_said(conn, req.question, caller)
+        plan, notes = None, []
+        if self.llm is not None and (req.mode == "graph" or asks_graph(req.question)):
+            names = [s.words for s in said]
+            try:
+                plan, reply, why = await self.run_blocking(
+                    llm_plan, self.llm, req.question, names, types
+                )
+            except Exception as exc:  # noqa: BLE001 - a failed model leaves it to the rules
+                reply, why = None, f"the model failed ({type(exc).__name__})"
+            self._count(usage, reply, "plan")
+            if plan is None:
+                notes.append(f"graph: {why}; the rules read the question")
+        plan = plan or plan_for(req.question, said, types)
         if plan is None:
-            return None
-        return await plan_exec.execute(
+            return None, notes
+        answer = await plan_exec.execute(
             conn, plan, caller, snapshot_id=snapshot_id, budget_s=self.config.plan_timeout_s
         )
+        return answer, notes
 
     async def _path(self, asked: _Asked, grounding: Grounding) -> Retrieval | None:
         """Paths between the question's entities, topped up with the best passages to k."""
@@ -626,10 +655,15 @@ def build_query_service(
 
 
 def _graph_response(
-    req: QueryRequest, planned: PlanAnswer, arm: Arm, why: str, seconds: float
+    req: QueryRequest,
+    planned: PlanAnswer,
+    *,
+    arm: Arm,
+    notes: list[str],
+    seconds: float,
+    usage: Usage,
 ) -> QueryResponse:
     """A graph-mode answer: the plan's rows as the answer's text, the plan and its evidence."""
-    notes = [why] if why else []
     text = plan_text(planned)
     return QueryResponse(
         query_id=monitoring.query_id("graph", arm),
@@ -645,6 +679,7 @@ def _graph_response(
         grounded_entities=[r.name for r in planned.started_from] if req.explain else [],
         graph=planned,
         timings={"total_ms": seconds * 1000},
+        tokens=usage.to_dict(),
         notes=notes + planned.notes,
     )
 

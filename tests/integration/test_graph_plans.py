@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +28,20 @@ from services.core.api_keys import create_key
 from services.core.db.engine import make_engine
 from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
+from services.core.llm.client import process_client
 from services.core.settings import Settings
 from services.retrieval import plan_exec
 from services.retrieval.errors import Invalid
+from services.retrieval.llm import OpenAIChat
 from services.retrieval.plans import Plan, PlanAnswer
+from services.retrieval.schemas import QueryRequest
+from services.retrieval.service import build_query_service
 from tests.conftest import Infra
 from tests.integration.test_curations import ingest
 from tests.support.api_client import api_client
 from tests.support.cli import kgstream
 from tests.support.graph import create_database, drop_database
+from tests.support.openai_stub import OpenAIStub
 from tests.support.plan_oracle import plan_answer, plans, read_rows
 from tests.support.property_corpus import T0, Env
 
@@ -522,4 +528,67 @@ async def test_questions_become_plans_in_graph_and_auto_mode(
             assert fallback["mode_used"] == "local"
             assert fallback["notes"][0].startswith("graph: the question names no entity")
     finally:
+        await engine.dispose()
+
+
+async def test_with_an_llm_the_model_writes_the_plan(
+    *,
+    built: str,
+    openai_stub: OpenAIStub,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+) -> None:
+    """With an LLM, the model writes the plan (through the real openai client to the local
+    OpenAI-compatible server), which is validated and executed like any other; a plan that
+    does not validate leaves the question to the rules, with a note."""
+    written: list[dict[str, Any]] = []
+
+    def answer(body: dict[str, Any]) -> str:
+        system = str(body["messages"][0]["content"])
+        if not system.startswith("You turn a question about a knowledge graph"):
+            return json.dumps({"mode": "local", "reason": "stub", "sources": []})
+        return json.dumps({"plan": written.pop(0)})
+
+    openai_stub.chat_handler = answer
+    client = process_client(Settings(openai_base_url=openai_stub.base_url, llm_max_attempts=1))
+    assert client is not None
+    engine = make_engine(built)
+    service = build_query_service(Settings(), engine, embedder, extractor, cpu_pool)
+    service = replace(service, llm=OpenAIChat(client, "stub-chat", 1))
+    try:
+        question = "Which suppliers feed Brightwater Motors, and how many are there?"
+        written.append(
+            {
+                "start": {"names": ["Brightwater Motors"]},
+                "follow": [{"relationships": ["SUPPLIES"], "direction": "in"}],
+                "result": {"op": "count"},
+            }
+        )
+        resp = await service.query(QueryRequest(question=question, mode="graph"), LEGAL)
+        assert resp.mode_used == "graph"
+        assert resp.answer == "2"
+        assert resp.tokens["calls"] >= 1
+        prompts = [
+            str(r.body["messages"][1]["content"])
+            for r in openai_stub.requests_to("/chat/completions")
+        ]
+        assert "Relationship types: APPROVED, LOCATED_IN, SUPPLIES" in prompts[-1]
+        assert "Brightwater Motors" in prompts[-1]
+        # an invalid plan (depth 9): the rules read the question instead
+        written.append(
+            {
+                "start": {"names": ["Kestrel Alloys"]},
+                "follow": [{"depth": 9}],
+                "result": {"op": "list"},
+            }
+        )
+        resp = await service.query(
+            QueryRequest(question="Who supplies Brightwater Motors?", mode="graph"), LEGAL
+        )
+        assert resp.mode_used == "graph"
+        assert resp.answer == "Kestrel Alloys; Norvale Components"
+        assert resp.notes[0].startswith("graph: the model's plan is invalid (follow.0.depth")
+    finally:
+        openai_stub.chat_handler = None
         await engine.dispose()
