@@ -42,6 +42,7 @@ from services.retrieval.visibility import (
     Filtered,
     alias_visible,
     entity_facts,
+    entity_kinds,
     relationship_visible,
 )
 
@@ -75,7 +76,7 @@ _ENDS = {
 def _step_sql(direction: str, visible: bool) -> str:
     """(from, to, relationship id) of one step from the entities ``:f`` along relationships
     of the types ``:t`` (any when ``:any``)."""
-    return _step_rows(direction, visible) + " ORDER BY 3 LIMIT :n"
+    return _step_rows(direction, visible) + " LIMIT :n"  # ordered in Python: past :n, refused
 
 
 def _degree_sql(direction: str, visible: bool) -> str:
@@ -186,7 +187,7 @@ async def _answer(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer:
     if plan.result.op == "compare":
         return await _compare(run, plan, snapshot_id)
     start_ids = await _start(run, plan)
-    facts = await entity_facts(run.conn, run.caller, sorted(start_ids))
+    facts = await entity_kinds(run.conn, run.caller, sorted(start_ids))
     run.statements += 1
     if plan.start.types:
         wanted = set(plan.start.types)
@@ -202,7 +203,7 @@ async def _answer(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer:
         kept -= set((await _walk(run, [step], excluded)).hops)
     more = sorted(kept - facts.keys())
     if more:
-        facts |= await entity_facts(run.conn, run.caller, more)
+        facts |= await entity_kinds(run.conn, run.caller, more)
         run.statements += 1
     kept = {e for e in kept if e in facts}
     if plan.where is not None:
@@ -305,7 +306,7 @@ async def _walk(run: _Run, steps: Sequence[Step], start: Sequence[int]) -> _Reac
             rows = await run.rows(_STEPS[step.direction], _bounded(values))
             _check_breadth(len(rows), f"step {number}")
             fresh: list[int] = []
-            for _, there, rel in rows:
+            for _, there, rel in sorted(rows, key=lambda r: int(r[2])):  # first by id reaches
                 other = int(there)
                 if other not in hops:
                     hops[other], via[other] = level, int(rel)
@@ -415,7 +416,7 @@ async def _groups(
         related = await _related(run, plan.result.related, sorted(kept))
         keys = sorted({o for others in related.values() for o in others} - facts.keys())
         if keys:
-            facts |= await entity_facts(run.conn, run.caller, keys)
+            facts |= await entity_kinds(run.conn, run.caller, keys)
             run.statements += 1
         for e in kept:
             names = {facts[o].name for o in related.get(e, ()) if o in facts} or {NONE_KEY}
@@ -460,7 +461,7 @@ async def _compare(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer
             rels[int(here)].append((f"{types[int(rel)]} {direction}", int(there)))
     others = sorted({o for pairs in rels.values() for _, o in pairs} - facts.keys())
     if others:
-        facts |= await entity_facts(run.conn, run.caller, others)
+        facts |= await entity_kinds(run.conn, run.caller, others)
         run.statements += 1
     labels = {
         side: {f"{kind}: {facts[o].name}" for kind, o in pairs if o in facts}
