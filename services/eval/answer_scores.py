@@ -101,7 +101,7 @@ def exact_items(answer: str, expected: Any) -> tuple[float, float] | None:
             names = said.partition(": ")[2]
             got |= {
                 (part, normalise(n.rpartition(": ")[2]))
-                for n in names.split(", ")
+                for n in names.split("; ")
                 if n and n != "nothing"
             }
         return _overlap(got, want)

@@ -19,7 +19,8 @@ from services.retrieval.visibility import Filtered, alias_visible, entity_names
 
 MAX_NGRAM = 5
 FUZZY_MIN_SIMILARITY = 0.7  # lower let near-miss names ("Yale University") dilute the seeds
-_WORD = re.compile(r"[\w'’.-]+", re.UNICODE)
+WORD = re.compile(r"[\w'’.-]+", re.UNICODE)  # a question's words, as key_places counts them
+_WORD = WORD
 STOPWORDS = frozenset(
     [
         "a",

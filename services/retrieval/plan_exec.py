@@ -13,7 +13,6 @@ for the page's evidence (and one for a rank's values or a group's related entiti
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
+from services.core.extraction import CO_OCCURS
 from services.core.normalize import entity_key
 from services.retrieval.errors import Invalid
 from services.retrieval.plans import (
@@ -90,7 +90,10 @@ def _step_rows(direction: str, visible: bool) -> str:
     parts = []
     for way in ("out", "in") if direction == "both" else (direction,):
         here, there = _ENDS[way]
-        where = f"{here} = ANY(:f) AND (CAST(:any AS boolean) OR r.type = ANY(:t))"
+        where = (
+            f"{here} = ANY(:f) AND (CAST(:any AS boolean) OR r.type = ANY(:t))"
+            f" AND (NOT CAST(:typed AS boolean) OR r.type <> '{CO_OCCURS}')"
+        )
         if visible:
             where += " AND " + relationship_visible("r.id", "r.source_id", "r.target_id")
         parts.append(f"SELECT {here}, {there}, r.id FROM relationships r WHERE {where}")  # noqa: S608 - constants
@@ -135,11 +138,10 @@ _PAGERANK = text(
 
 @dataclass
 class _Run:
-    """One plan's execution: its connection, caller, deadline and the round trips taken."""
+    """One plan's execution: its connection, caller and the round trips taken."""
 
     conn: AsyncConnection
     caller: Caller
-    deadline: float
     statements: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -169,7 +171,7 @@ async def execute(
 ) -> PlanAnswer:
     """The plan's answer from what the caller can see, within ``budget_s`` seconds."""
     await conn.execute(text(f"SET LOCAL statement_timeout = {max(1, int(budget_s * 1000))}"))
-    run = _Run(conn, caller, time.monotonic() + budget_s)
+    run = _Run(conn, caller)
     try:
         async with asyncio.timeout(budget_s):
             return await _answer(run, plan, snapshot_id)
@@ -302,6 +304,7 @@ async def _walk(run: _Run, steps: Sequence[Step], start: Sequence[int]) -> _Reac
                 "f": frontier,
                 "t": list(step.relationships),
                 "any": not step.relationships,
+                "typed": step.typed,
             }
             rows = await run.rows(_STEPS[step.direction], _bounded(values))
             _check_breadth(len(rows), f"step {number}")
@@ -359,6 +362,7 @@ async def _related(run: _Run, related: Related, entities: Sequence[int]) -> dict
         "f": sorted(entities),
         "t": list(related.relationships),
         "any": not related.relationships,
+        "typed": related.typed,
     }
     rows = await run.rows(_STEPS[related.direction], _bounded(values))
     _check_breadth(len(rows), "the related step")
@@ -381,11 +385,11 @@ async def _rank_values(
     if by == "mentions":
         return {e: float(facts[e].mentions) for e in ordered}
     if by == "pagerank":
-        if not run.caller.unfiltered:
+        if not (run.caller.admin and run.caller.scope is None):
             raise Invalid(
                 "Rank not available",
-                "PageRank is computed over the whole graph; a caller who sees part of it ranks "
-                "by degree or mentions",
+                "PageRank is computed over the whole graph, documents deleted since included; "
+                "other callers rank by degree or mentions",
             )
         if snapshot_id is None:
             raise Invalid("Rank not available", "no community snapshot is published yet")
@@ -397,6 +401,7 @@ async def _rank_values(
         "f": list(ordered),
         "t": list(related.relationships),
         "any": not related.relationships,
+        "typed": related.typed,
     }
     degrees = {int(e): float(n) for e, n in await run.rows(_DEGREES[related.direction], values)}
     return {e: degrees.get(e, 0.0) for e in ordered}
@@ -454,8 +459,9 @@ async def _compare(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer
         raise Invalid("Nothing to compare", "both names are the same entity")
     rels: dict[int, list[tuple[str, int]]] = {a: [], b: []}
     for direction in ("out", "in"):
-        values = {"f": [a, b], "t": [], "any": True}
+        values = {"f": [a, b], "t": [], "any": True, "typed": False}
         rows = await run.rows(_STEPS[direction], _bounded(values))
+        _check_breadth(len(rows), "the comparison's neighbours")
         types = await _relationship_types(run, [int(r) for _, _, r in rows])
         for here, there, rel in rows:
             rels[int(here)].append((f"{types[int(rel)]} {direction}", int(there)))

@@ -34,13 +34,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.extraction import CO_OCCURS
 from services.retrieval.answer_kind import HEAD_NOUNS, OPENINGS, ORGANISATION, word_set
-from services.retrieval.grounding import exact_matches, key_places, subsumed
+from services.retrieval.grounding import WORD, exact_matches, key_places, subsumed
 from services.retrieval.plans import (
     MAX_STEPS,
     Direction,
@@ -52,8 +53,9 @@ from services.retrieval.plans import (
     Step,
     Where,
 )
+from services.retrieval.visibility import Filtered, relationship_visible
 
-_WORD = re.compile(r"[\w'’-]+")
+_WORD = WORD  # the words grounding counts positions in (key_places)
 STEM = 5  # words match relationship types on their first five letters, as answers match words
 IMPACT_DEPTH = 3  # an impact analysis follows everything downstream the plans allow
 RANKED = 5  # a ranking lists its top five
@@ -116,6 +118,30 @@ class GraphWords:
         return self.types
 
 
+VOCABULARY = 50  # the relationship types checked for a restricted caller, one probe each
+# The types a restricted caller sees a relationship of (evidence in a visible document, both
+# ends visible): each an EXISTS through relationships_type, stopping at the first.
+_VISIBLE_TYPES = Filtered.of(
+    "SELECT q.t FROM unnest(CAST(:t AS text[])) AS q(t)",
+    "SELECT q.t FROM unnest(CAST(:t AS text[])) AS q(t) WHERE EXISTS (SELECT 1"  # noqa: S608 - visibility fragments are constants
+    " FROM relationships r WHERE r.type = q.t AND "
+    + relationship_visible("r.id", "r.source_id", "r.target_id")
+    + ")",
+)
+
+
+async def visible_types(
+    conn: AsyncConnection, caller: Caller, types: Sequence[str]
+) -> tuple[str, ...]:
+    """The relationship types the caller can see a relationship of (the graph's own for an
+    operator or whole-corpus caller without filters): what the rules and the model may use,
+    so neither a plan nor whether a question is read as one depends on hidden documents."""
+    if caller.unfiltered:
+        return tuple(types)
+    rows = await conn.execute(*_VISIBLE_TYPES.bind(caller, {"t": list(types[:VOCABULARY])}))
+    return tuple(sorted(str(r[0]) for r in rows.all()))
+
+
 async def names_said(conn: AsyncConnection, question: str, caller: Caller) -> list[Said]:
     """The entities the question names, by exact name or alias the caller can see (the
     longest match where two overlap), in the order it names them."""
@@ -143,7 +169,16 @@ def asks_graph(question: str) -> bool:
 
 
 def plan_for(question: str, said: Sequence[Said], types: Sequence[str]) -> Plan | None:
-    """The plan the question's words state (module docstring), or None."""
+    """The plan the question's words state (module docstring), or None; None too when what
+    it says does not make a valid plan (a name past the plan's bound, a type it cannot
+    name)."""
+    try:
+        return _plan_for(question, said, types)
+    except ValidationError:
+        return None
+
+
+def _plan_for(question: str, said: Sequence[Said], types: Sequence[str]) -> Plan | None:
     words = [w.lower() for w in _WORD.findall(question)]
     names = [s.words for s in said]
     if _COMPARE.search(question) and len(names) >= 2:
@@ -153,18 +188,18 @@ def plan_for(question: str, said: Sequence[Said], types: Sequence[str]) -> Plan 
     said_rels = _relationships(words, said, types)
     where = _kind(words, question)
     if _IMPACT.search(question) and said:
-        used = sorted({r.type for r in said_rels}) or list(types)
-        step = Step(relationships=used, direction="out", depth=_depth(words))
+        used = sorted({r.type for r in said_rels})
+        step = Step(relationships=used, typed=not used, direction="out", depth=_depth(words))
         kind = where or Where(like_start=True)  # what X's failure affects: things of X's kind
         return Plan(
             start=Start(names=names[:1]), follow=[step], where=kind, result=Result(op="list")
         )
     if _RANK.search(question):
-        return _ranked(words, said_rels, said, where, types)
+        return _ranked(words, said_rels, said, where)
     counted = bool(_COUNT.search(question))
     if not said or (not said_rels and (where is None or not (counted or _plural(words)))):
         return None  # no named start, or nothing says how to go from it
-    first, steps = said[0], _steps(said_rels, said, said[0], types)
+    first, steps = said[0], _steps(said_rels, said, said[0])
     exclude = None
     if _NOT.search(question) and len(said) >= 2:
         other = said[1]
@@ -229,9 +264,7 @@ def _direction(rel: _Rel, name: Said) -> Direction:
     return "in"
 
 
-def _steps(
-    rels: Sequence[_Rel], said: Sequence[Said], first: Said, types: Sequence[str]
-) -> list[Step]:
+def _steps(rels: Sequence[_Rel], said: Sequence[Said], first: Said) -> list[Step]:
     """The steps from the first name: its relationship words, nearest first (each one hop
     further: "who approved the contracts X is party to" is PARTY_TO out, then APPROVED in);
     with none, one hop along any typed relationship, both ways ("the companies in EMEA")."""
@@ -240,7 +273,7 @@ def _steps(
         key=lambda r: abs(r.at - first.start),
     )[:MAX_STEPS]
     if not own:
-        return [Step(relationships=list(types), direction="both")]
+        return [Step(typed=True, direction="both")]
     return [Step(relationships=[r.type], direction=_direction(r, first)) for r in own]
 
 
@@ -294,7 +327,6 @@ def _ranked(
     rels: Sequence[_Rel],
     said: Sequence[Said],
     where: Where | None,
-    types: Sequence[str],
 ) -> Plan | None:
     """ "Which X ... the most Y": X ranked by their relationships of the question's type, out
     of X when the relationship word follows X's noun, else into it. X are the entities of the
@@ -309,6 +341,5 @@ def _ranked(
     if not said:
         assert where is not None  # noqa: S101 - checked above
         return Plan(start=Start(types=where.types), result=result)
-    around = [t for t in types if t not in ranked_by] or list(types)
-    step = Step(relationships=around, direction="both")
+    step = Step(typed=True, direction="both")
     return Plan(start=Start(names=[said[0].words]), follow=[step], where=where, result=result)

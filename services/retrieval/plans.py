@@ -58,10 +58,12 @@ class Start(_Strict):
 
 
 class Step(_Strict):
-    """One step along relationships: of these types (none = any), in this direction from the
-    entities reached so far, repeated up to ``depth`` times."""
+    """One step along relationships: of these types (none = any; ``typed``: any but
+    co-occurrence, the extractor's untyped link), in this direction from the entities reached
+    so far, repeated up to ``depth`` times."""
 
     relationships: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
+    typed: bool = False
     direction: Direction = "out"
     depth: int = Field(default=1, ge=1, le=MAX_DEPTH)
 
@@ -93,6 +95,7 @@ class Related(_Strict):
     """The entities related to each result through one step (grouping key, degree)."""
 
     relationships: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
+    typed: bool = False
     direction: Direction = "out"
 
 
@@ -132,6 +135,8 @@ class Plan(_Strict):
             len(self.start.names) != 2 or self.follow or self.start.types
         ):
             raise ValueError("compare takes exactly two start names, and no types or steps")
+        if len(set(self.start.names)) != len(self.start.names):
+            raise ValueError("start names the same name twice")
         return self
 
     @property

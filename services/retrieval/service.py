@@ -36,6 +36,7 @@ from services.retrieval.contexts import (
     context_mentions,
     contexts_for,
 )
+from services.retrieval.errors import Refused
 from services.retrieval.facets import FacetCache, unmentioned
 from services.retrieval.facets import Grounding as SourceGrounding
 from services.retrieval.filters import scoped
@@ -50,7 +51,13 @@ from services.retrieval.map_reduce import map_reduce
 from services.retrieval.multistep import FollowUps
 from services.retrieval.paths import path_retrieve
 from services.retrieval.plan_llm import llm_plan
-from services.retrieval.plan_rules import GraphWords, asks_graph, names_said, plan_for
+from services.retrieval.plan_rules import (
+    GraphWords,
+    asks_graph,
+    names_said,
+    plan_for,
+    visible_types,
+)
 from services.retrieval.plans import PlanAnswer, plan_text
 from services.retrieval.replicas import ReadRouter, Wanted
 from services.retrieval.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
@@ -210,7 +217,9 @@ class QueryService:
         scope = caller.scope
         mode, routed_why, arm, named = await self._mode(req, usage)
         t_route = time.perf_counter()
-        embedding, spans = await self._read_question(req.question, mode in ("local", "path"))
+        embedding, spans = await self._read_question(
+            req.question, mode in ("local", "path", "graph")
+        )
         t_embed = time.perf_counter()
         taken = self.held_graph(req)
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
@@ -462,7 +471,12 @@ class QueryService:
             or (req.mode == "auto" and self.config.route_graph and req.as_of is None)
         ):
             return None, mode, why
-        planned, notes = await self._graph(conn, req, caller, snapshot_id, usage)
+        if req.mode == "graph":  # asked for: a refused plan is the answer (422)
+            planned, notes = await self._graph(conn, req, caller, snapshot_id, usage)
+        else:
+            planned, notes = await self._graph_or_not(conn, req, caller, snapshot_id, usage)
+            if planned is None:
+                why = "; ".join(note for note in [*notes, why] if note)
         if planned is not None:
             if req.mode != "graph":
                 notes.insert(0, "auto → graph: the question states a plan")
@@ -479,6 +493,30 @@ class QueryService:
         )
         return None, "local", "; ".join([fallback, *notes])
 
+    async def _graph_or_not(
+        self,
+        conn: AsyncConnection,
+        req: QueryRequest,
+        caller: Caller,
+        snapshot_id: int | None,
+        usage: Usage,
+    ) -> tuple[PlanAnswer | None, list[str]]:
+        """Auto mode's try: the plan's answer, or None (and why) when the plan is refused (too
+        broad, too long) or reaches nothing, so the question goes on to the routed mode. The
+        plan runs in a savepoint: a refused plan's aborted statement and its statement_timeout
+        are rolled back with it."""
+        savepoint = await conn.begin_nested()
+        try:
+            planned, notes = await self._graph(conn, req, caller, snapshot_id, usage)
+        except Refused as exc:
+            await savepoint.rollback()
+            return None, [f"graph: {exc.title.lower()}; answered as routed"]
+        if planned is not None and not planned.count and planned.comparison is None:
+            await savepoint.rollback()
+            return None, [*notes, "graph: the plan reached nothing; answered as routed"]
+        await (savepoint.commit() if planned is not None else savepoint.rollback())
+        return planned, notes
+
     async def _graph(
         self,
         conn: AsyncConnection,
@@ -490,7 +528,7 @@ class QueryService:
         """The question's answer as a typed plan, when it states one, and notes: the model's
         plan when an LLM is configured and the question reads as a graph question (or graph
         mode was asked for), else (or when the model's plan does not validate) the rules'."""
-        types = await self.graph_words.get(conn)
+        types = await visible_types(conn, caller, await self.graph_words.get(conn))
         if not types and req.mode != "graph":
             return None, []  # a graph of co-occurrences only: no plan can be stated
         said = await names_said(conn, req.question, caller)

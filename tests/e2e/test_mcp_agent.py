@@ -90,7 +90,7 @@ async def test_an_agent_over_http_and_stdio(tmp_path: Path, user_home: Path) -> 
             command=command[0], args=command[1:], env={**env, "KGSTREAM_API_KEY": key}, cwd=ROOT
         )
         async with Client(keyed) as desktop:
-            assert len((await desktop.list_tools()).tools) == 10
+            assert len((await desktop.list_tools()).tools) == 11
             doc = payload(await desktop.call_tool("get_document", {"doc_id": "agent-lovelace"}))
             assert doc["text"] == DOCUMENTS[0]["text"]
             refused = await desktop.call_tool("status", {})

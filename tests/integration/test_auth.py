@@ -54,6 +54,7 @@ SCOPES: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/entities/{entity_id}"): "query",
     ("GET", "/v1/paths"): "query",
     ("GET", "/v1/facts"): "query",
+    ("POST", "/v1/graph/query"): "query",
     ("GET", "/v1/communities"): "query",
     ("GET", "/v1/documents/{doc_id}"): "query",
     ("POST", "/v1/documents"): "ingest",
@@ -99,6 +100,10 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
             "params": {"from": sample.source, "to": sample.target, "max_hops": 2},
         },
         ("GET", "/v1/facts"): {"url": "/v1/facts", "params": {"from": "1000-01-01"}},
+        ("POST", "/v1/graph/query"): {
+            "url": "/v1/graph/query",
+            "json": {"start": {"names": ["Leland"]}, "result": {"op": "count"}},
+        },
         ("GET", "/v1/communities"): {"url": "/v1/communities"},
         ("GET", "/v1/documents/{doc_id}"): {"url": f"/v1/documents/{sample.doc_id}"},
         ("POST", "/v1/documents"): {"url": "/v1/documents", "json": EVENT},

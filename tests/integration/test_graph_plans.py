@@ -522,6 +522,9 @@ async def test_questions_become_plans_in_graph_and_auto_mode(
             assert all(r["evidence"] for r in impact["graph"]["rows"])
             suppliers = await ask(sales, "Who supplies Calder Fleet?", mode="graph")
             assert suppliers["answer"] == "Brightwater Motors"  # Orrin's supply is hidden
+            nothing = await ask(legal, "Which companies does Dunmore Rail supply?")
+            assert nothing["mode_used"] != "graph"  # the plan reached nothing: routed as before
+            assert "graph: the plan reached nothing; answered as routed" in nothing["notes"][0]
             plain = await ask(legal, "Tell me about Norvale Components.")
             assert plain["mode_used"] != "graph"
             fallback = await ask(legal, "Tell me about Norvale Components.", mode="graph")
@@ -591,4 +594,30 @@ async def test_with_an_llm_the_model_writes_the_plan(
         assert resp.notes[0].startswith("graph: the model's plan is invalid (follow.0.depth")
     finally:
         openai_stub.chat_handler = None
+        await engine.dispose()
+
+
+async def test_auto_mode_goes_on_when_its_plan_is_refused(
+    *,
+    built: str,
+    embedder: OnnxMiniLmEmbedder,
+    extractor: SpacyExtractor,
+    cpu_pool: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plan auto mode proposes and the bounds refuse is rolled back (its aborted statement
+    and statement_timeout with it) and the question answered as routed; asked for in graph
+    mode, the refusal is the answer."""
+    monkeypatch.setattr(plan_exec, "MAX_REACHED", 1)
+    engine = make_engine(built)
+    service = build_query_service(Settings(), engine, embedder, extractor, cpu_pool)
+    try:
+        question = "How many companies are located in APAC?"
+        resp = await service.query(QueryRequest(question=question, mode="auto"), LEGAL)
+        assert resp.mode_used != "graph"
+        assert resp.contexts  # the routed mode read passages in the same transaction
+        assert resp.notes[0].startswith("graph: plan too broad; answered as routed")
+        with pytest.raises(Invalid, match="reach more than 1 entities"):
+            await service.query(QueryRequest(question=question, mode="graph"), LEGAL)
+    finally:
         await engine.dispose()

@@ -123,7 +123,7 @@ async def test_the_sdk_client_lists_and_runs_the_tools(stack: Stack, infra: Infr
             assert len(tool.description or "") > 60, tool.name
             assert tool.input_schema["type"] == "object"
         modes = {t.name: t for t in listed}["search"].input_schema["properties"]["mode"]
-        assert set(modes["enum"]) == {"auto", "vector", "local", "global", "path"}
+        assert set(modes["enum"]) == {"auto", "vector", "local", "global", "path", "graph"}
 
         found = payload(await client.call_tool("search", {"question": stack.source, "k": 3}))
         assert found["contexts"]

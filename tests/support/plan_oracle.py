@@ -123,7 +123,7 @@ def _within_depth(steps: list[dict[str, Any]]) -> bool:
 def plans(draw: st.DrawFn, names: list[str], types: list[str]) -> dict[str, Any]:
     """A plan from these names and relationship types: one or two start names, up to two
     steps (three hops in all), a negation or none, a count or a whole list."""
-    named = st.lists(st.sampled_from(names), min_size=1, max_size=2)
+    named = st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True)
     step = st.fixed_dictionaries(
         {
             "relationships": st.lists(st.sampled_from(types), max_size=1),
