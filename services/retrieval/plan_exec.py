@@ -35,6 +35,7 @@ from services.retrieval.plans import (
     Row,
     Side,
     Step,
+    Where,
 )
 from services.retrieval.visibility import (
     DOC_VISIBLE,
@@ -209,10 +210,7 @@ async def _answer(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer:
         run.statements += 1
     kept = {e for e in kept if e in facts}
     if plan.where is not None:
-        types = set(plan.where.types)
-        if plan.where.like_start:
-            types |= {facts[e].type for e in start_ids}
-        kept = {e for e in kept if facts[e].type in types}
+        kept = await _kept(run, plan.where, kept, facts, start_ids)
     answer = PlanAnswer(plan=plan, snapshot_id=snapshot_id, started_from=started, count=len(kept))
     op = plan.result
     if op.op == "count":
@@ -231,6 +229,27 @@ async def _answer(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer:
         rows = await _with_evidence(run, page, reached, facts, values)
     done = {"rows": rows, "statements": run.statements, "notes": run.notes}
     return answer.model_copy(update=done)
+
+
+async def _kept(
+    run: _Run,
+    where: Where,
+    kept: set[int],
+    facts: dict[int, EntityFacts],
+    start_ids: Sequence[int],
+) -> set[int]:
+    """The entities ``where`` keeps: of its types (or the start's), with (``has``) or without
+    (``lacks``) a relationship of its step, as the caller sees relationships."""
+    if where.types or where.like_start:
+        types = set(where.types)
+        if where.like_start:
+            types |= {facts[e].type for e in start_ids}
+        kept = {e for e in kept if facts[e].type in types}
+    for step, wanted in ((where.has, True), (where.lacks, False)):
+        if step is not None and kept:
+            degrees = await _degrees(run, step, sorted(kept))
+            kept = {e for e in kept if (degrees.get(e, 0.0) > 0) == wanted}
+    return kept
 
 
 def _order(entity: int, facts: dict[int, EntityFacts]) -> tuple[str, int]:
@@ -397,14 +416,21 @@ async def _rank_values(
         rows = await run.conn.execute(_PAGERANK, {"s": snapshot_id, "e": list(ordered)})
         return {int(e): float(p) for e, p in rows.all()}
     related = plan.result.related or Related(direction="both")
+    degrees = await _degrees(run, related, ordered)
+    return {e: degrees.get(e, 0.0) for e in ordered}
+
+
+async def _degrees(run: _Run, related: Related, entities: Sequence[int]) -> dict[int, float]:
+    """Each entity's distinct neighbours one ``related`` step away (absent: none), counted by
+    the database as the caller sees relationships."""
     values = {
-        "f": list(ordered),
+        "f": list(entities),
         "t": list(related.relationships),
         "any": not related.relationships,
         "typed": related.typed,
     }
-    degrees = {int(e): float(n) for e, n in await run.rows(_DEGREES[related.direction], values)}
-    return {e: degrees.get(e, 0.0) for e in ordered}
+    rows = await run.rows(_DEGREES[related.direction], values)
+    return {int(e): float(n) for e, n in rows}
 
 
 async def _groups(

@@ -68,17 +68,29 @@ class Step(_Strict):
     depth: int = Field(default=1, ge=1, le=MAX_DEPTH)
 
 
+class Related(_Strict):
+    """The entities related to each result through one step (grouping key, degree)."""
+
+    relationships: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
+    typed: bool = False
+    direction: Direction = "out"
+
+
 class Where(_Strict):
     """The reached entities kept: of these types, or (``like_start``) of the start entities'
-    types ("what is affected if X fails": things of X's kind)."""
+    types ("what is affected if X fails": things of X's kind); that have a relationship of a
+    step (``has``: "the vendors", those that supply something) or have none (``lacks``: "with
+    no contract")."""
 
     types: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
     like_start: bool = False
+    has: Related | None = None
+    lacks: Related | None = None
 
     @model_validator(mode="after")
     def _something(self) -> Where:
-        if not self.types and not self.like_start:
-            raise ValueError("where needs types or like_start")
+        if not (self.types or self.like_start or self.has or self.lacks):
+            raise ValueError("where needs types, like_start, has or lacks")
         return self
 
 
@@ -89,14 +101,6 @@ class Exclude(_Strict):
     names: list[Name] = Field(min_length=1, max_length=MAX_NAMES)
     relationships: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
     direction: Direction = "both"
-
-
-class Related(_Strict):
-    """The entities related to each result through one step (grouping key, degree)."""
-
-    relationships: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
-    typed: bool = False
-    direction: Direction = "out"
 
 
 class Result(_Strict):

@@ -621,3 +621,68 @@ async def test_auto_mode_goes_on_when_its_plan_is_refused(
             await service.query(QueryRequest(question=question, mode="graph"), LEGAL)
     finally:
         await engine.dispose()
+
+
+async def test_where_has_and_lacks_a_relationship(built: str) -> None:
+    """Roles a description states and the graph shows ("the vendors": those that supply
+    something) and absences ("supplies nothing") as filters, as the caller sees relationships."""
+    vendors = {
+        **IN_APAC,
+        "where": {"types": [ORG], "has": {"relationships": ["SUPPLIES"], "direction": "out"}},
+        "result": {"op": "list"},
+    }
+    assert names(await run(built, vendors, LEGAL)) == [
+        "Kestrel Alloys",
+        "Norvale Components",
+        "Orrin Metals",
+    ]
+    assert names(await run(built, vendors, OUTSIDER)) == ["Kestrel Alloys", "Norvale Components"]
+    idle = {
+        "start": {"names": ["EMEA"]},
+        "follow": [{"relationships": ["LOCATED_IN"], "direction": "in"}],
+        "where": {"lacks": {"relationships": ["SUPPLIES"], "direction": "out"}},
+        "result": {"op": "list"},
+    }
+    assert names(await run(built, idle)) == ["Dunmore Rail"]
+    unsupplied = {
+        "start": {"types": [ORG]},
+        "where": {"lacks": {"relationships": ["SUPPLIES"], "direction": "in"}},
+        "result": {"op": "count"},
+    }
+    # Norvale, Kestrel and Orrin are supplied by nobody; for the outsider Calder's supplier
+    # Orrin is hidden but Brightwater still supplies it, and Orrin is not there to count
+    assert (await run(built, unsupplied, LEGAL)).count == 3
+    assert (await run(built, unsupplied, OUTSIDER)).count == 2
+
+
+async def test_a_hidden_relationship_is_neither_had_nor_counted(built: str) -> None:
+    """Brightwater stays visible (two open documents name it) while the only document that
+    says it supplies Calder is hidden: to the outsider it supplies nothing."""
+    engine = make_engine(built)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE documents SET acl = '{legal}' WHERE doc_id = 'd-brightwater'")
+            )
+        suppliers = {
+            "start": {"types": [ORG]},
+            "where": {"has": {"relationships": ["SUPPLIES"], "direction": "out"}},
+            "result": {"op": "list"},
+        }
+        assert "Brightwater Motors" in names(await run(built, suppliers, LEGAL))
+        seen = names(await run(built, suppliers, OUTSIDER))
+        assert seen == ["Calder Fleet", "Kestrel Alloys", "Norvale Components"]
+        ranked = {
+            "start": {"names": ["Brightwater Motors"]},
+            "result": {
+                "op": "rank",
+                "related": {"relationships": ["SUPPLIES"], "direction": "out"},
+            },
+        }
+        assert [r.value for r in (await run(built, ranked, OUTSIDER)).rows] == [0.0]
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE documents SET acl = NULL WHERE doc_id = 'd-brightwater'")
+            )
+        await engine.dispose()

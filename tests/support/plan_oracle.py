@@ -112,6 +112,11 @@ def plan_answer(rows: GraphRows, docs: set[str] | None, plan: dict[str, Any]) ->
         spec = plan["exclude"]
         gone = named(spec["names"])
         last -= gone | hop(gone, spec.get("relationships", []), spec.get("direction", "both"))
+    for key, wanted in (("has", True), ("lacks", False)):
+        spec = (plan.get("where") or {}).get(key)
+        if spec is not None:
+            types, way = spec.get("relationships", []), spec.get("direction", "out")
+            last = {e for e in last if bool(hop({e}, types, way)) == wanted}
     return last & visible
 
 
@@ -122,7 +127,8 @@ def _within_depth(steps: list[dict[str, Any]]) -> bool:
 @st.composite
 def plans(draw: st.DrawFn, names: list[str], types: list[str]) -> dict[str, Any]:
     """A plan from these names and relationship types: one or two start names, up to two
-    steps (three hops in all), a negation or none, a count or a whole list."""
+    steps (three hops in all), a relationship had or lacked or not, a negation or none, a
+    count or a whole list."""
     named = st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True)
     step = st.fixed_dictionaries(
         {
@@ -139,6 +145,14 @@ def plans(draw: st.DrawFn, names: list[str], types: list[str]) -> dict[str, Any]
         "follow": draw(steps, "follow"),
         "result": {"op": draw(st.sampled_from(["count", "list"]), "op"), "limit": 200},
     }
+    if draw(st.booleans(), "a relationship had or lacked"):
+        key = draw(st.sampled_from(["has", "lacks"]), "which")
+        plan["where"] = {
+            key: {
+                "relationships": draw(st.lists(st.sampled_from(types), max_size=1), "of"),
+                "direction": draw(st.sampled_from(["out", "in", "both"]), "way"),
+            }
+        }
     if draw(st.booleans(), "negation"):
         plan["exclude"] = {
             "names": draw(named, "exclude"),
