@@ -280,7 +280,9 @@ def build_server(ops: Operations, principal_of: PrincipalOf) -> MCPServer:
     @server.tool(
         description="A typed graph plan (schemas/graph_plan.v1.json): start from entities by"
         " name or type, follow relationships (types, direction out/in/both, depth; at most 3"
-        " hops in all), keep types (where), drop what is one step from named entities"
+        " hops in all), keep types (where.types) or those that have or lack a relationship"
+        " (where.has / where.lacks: 'the vendors', 'with no contract'), drop what is one step"
+        " from named entities"
         " (exclude: negation), then count, list (limit/offset), group (by type, or by the"
         " entity each is related to), rank (by degree over a relationship, mentions, or"
         " PageRank) or compare two named entities. Example, 'How many companies are in"
