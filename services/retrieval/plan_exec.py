@@ -288,6 +288,16 @@ def _all(named: dict[str, list[int]]) -> list[int]:
     return sorted({e for found in named.values() for e in found})
 
 
+def _along(entities: Sequence[int], step: Step | Related) -> dict[str, object]:
+    """The bound values of a step's statement from these entities (``_step_sql``)."""
+    return {
+        "f": list(entities),
+        "t": list(step.relationships),
+        "any": not step.relationships,
+        "typed": step.typed,
+    }
+
+
 def _bounded(values: dict[str, object]) -> dict[str, object]:
     """Values with the row bound: one more row than a plan may hold, to tell it went past."""
     return {**values, "n": MAX_REACHED + 1}
@@ -319,12 +329,7 @@ async def _walk(run: _Run, steps: Sequence[Step], start: Sequence[int]) -> _Reac
             if not frontier:
                 break
             level += 1
-            values = {
-                "f": frontier,
-                "t": list(step.relationships),
-                "any": not step.relationships,
-                "typed": step.typed,
-            }
+            values = _along(frontier, step)
             rows = await run.rows(_STEPS[step.direction], _bounded(values))
             _check_breadth(len(rows), f"step {number}")
             fresh: list[int] = []
@@ -377,12 +382,7 @@ async def _related(run: _Run, related: Related, entities: Sequence[int]) -> dict
     """The entities one step from each (by the step's types and direction)."""
     if not entities:
         return {}
-    values = {
-        "f": sorted(entities),
-        "t": list(related.relationships),
-        "any": not related.relationships,
-        "typed": related.typed,
-    }
+    values = _along(sorted(entities), related)
     rows = await run.rows(_STEPS[related.direction], _bounded(values))
     _check_breadth(len(rows), "the related step")
     out: dict[int, set[int]] = {}
@@ -423,12 +423,7 @@ async def _rank_values(
 async def _degrees(run: _Run, related: Related, entities: Sequence[int]) -> dict[int, float]:
     """Each entity's distinct neighbours one ``related`` step away (absent: none), counted by
     the database as the caller sees relationships."""
-    values = {
-        "f": list(entities),
-        "t": list(related.relationships),
-        "any": not related.relationships,
-        "typed": related.typed,
-    }
+    values = _along(list(entities), related)
     rows = await run.rows(_DEGREES[related.direction], values)
     return {int(e): float(n) for e, n in rows}
 
@@ -485,7 +480,7 @@ async def _compare(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer
         raise Invalid("Nothing to compare", "both names are the same entity")
     rels: dict[int, list[tuple[str, int]]] = {a: [], b: []}
     for direction in ("out", "in"):
-        values = {"f": [a, b], "t": [], "any": True, "typed": False}
+        values = _along([a, b], Related())
         rows = await run.rows(_STEPS[direction], _bounded(values))
         _check_breadth(len(rows), "the comparison's neighbours")
         types = await _relationship_types(run, [int(r) for _, _, r in rows])

@@ -136,7 +136,7 @@ async def visible_types(
     """The relationship types the caller can see a relationship of (the graph's own for an
     operator or whole-corpus caller without filters): what the rules and the model may use,
     so neither a plan nor whether a question is read as one depends on hidden documents."""
-    if caller.unfiltered:
+    if caller.unfiltered or not types:
         return tuple(types)
     rows = await conn.execute(*_VISIBLE_TYPES.bind(caller, {"t": list(types[:VOCABULARY])}))
     return tuple(sorted(str(r[0]) for r in rows.all()))

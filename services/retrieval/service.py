@@ -58,7 +58,7 @@ from services.retrieval.plan_rules import (
     plan_for,
     visible_types,
 )
-from services.retrieval.plans import PlanAnswer, plan_text
+from services.retrieval.plans import Plan, PlanAnswer, plan_text
 from services.retrieval.replicas import ReadRouter, Wanted
 from services.retrieval.schemas import Arm, Context, Mode, QueryRequest, QueryResponse
 from services.retrieval.vector import CURRENT, PassageReads, hybrid_search
@@ -501,20 +501,24 @@ class QueryService:
         snapshot_id: int | None,
         usage: Usage,
     ) -> tuple[PlanAnswer | None, list[str]]:
-        """Auto mode's try: the plan's answer, or None (and why) when the plan is refused (too
-        broad, too long) or reaches nothing, so the question goes on to the routed mode. The
-        plan runs in a savepoint: a refused plan's aborted statement and its statement_timeout
-        are rolled back with it."""
+        """Auto mode's try: the plan's answer, or None (and why) when the question states no
+        plan, or its plan is refused (too broad, too long) or reaches nothing, so the question
+        goes on to the routed mode. Only the plan runs in a savepoint (a question that states
+        none costs no round trip for it): a refused plan's aborted statement and its
+        statement_timeout are rolled back with it."""
+        plan, notes = await self._plan(conn, req, caller, usage)
+        if plan is None:
+            return None, notes
         savepoint = await conn.begin_nested()
         try:
-            planned, notes = await self._graph(conn, req, caller, snapshot_id, usage)
+            planned = await self._execute(conn, plan, caller, snapshot_id)
         except Refused as exc:
             await savepoint.rollback()
             return None, [f"graph: {exc.title.lower()}; answered as routed"]
-        if planned is not None and not planned.count and planned.comparison is None:
+        if not planned.count and planned.comparison is None:
             await savepoint.rollback()
             return None, [*notes, "graph: the plan reached nothing; answered as routed"]
-        await (savepoint.commit() if planned is not None else savepoint.rollback())
+        await savepoint.commit()
         return planned, notes
 
     async def _graph(
@@ -525,9 +529,19 @@ class QueryService:
         snapshot_id: int | None,
         usage: Usage,
     ) -> tuple[PlanAnswer | None, list[str]]:
-        """The question's answer as a typed plan, when it states one, and notes: the model's
-        plan when an LLM is configured and the question reads as a graph question (or graph
-        mode was asked for), else (or when the model's plan does not validate) the rules'."""
+        """Graph mode: the plan's answer (a refusal raised), or None when the question states
+        no plan; and notes."""
+        plan, notes = await self._plan(conn, req, caller, usage)
+        if plan is None:
+            return None, notes
+        return await self._execute(conn, plan, caller, snapshot_id), notes
+
+    async def _plan(
+        self, conn: AsyncConnection, req: QueryRequest, caller: Caller, usage: Usage
+    ) -> tuple[Plan | None, list[str]]:
+        """The typed plan the question states, and notes: the model's when an LLM is
+        configured and the question reads as a graph question (or graph mode was asked for),
+        else (or when the model's plan does not validate) the rules'."""
         types = await visible_types(conn, caller, await self.graph_words.get(conn))
         if not types and req.mode != "graph":
             return None, []  # a graph of co-occurrences only: no plan can be stated
@@ -544,13 +558,14 @@ class QueryService:
             self._count(usage, reply, "plan")
             if plan is None:
                 notes.append(f"graph: {why}; the rules read the question")
-        plan = plan or plan_for(req.question, said, types)
-        if plan is None:
-            return None, notes
-        answer = await plan_exec.execute(
+        return plan or plan_for(req.question, said, types), notes
+
+    async def _execute(
+        self, conn: AsyncConnection, plan: Plan, caller: Caller, snapshot_id: int | None
+    ) -> PlanAnswer:
+        return await plan_exec.execute(
             conn, plan, caller, snapshot_id=snapshot_id, budget_s=self.config.plan_timeout_s
         )
-        return answer, notes
 
     async def _path(self, asked: _Asked, grounding: Grounding) -> Retrieval | None:
         """Paths between the question's entities, topped up with the best passages to k."""
