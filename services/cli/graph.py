@@ -18,6 +18,7 @@ from services.core.settings import Settings
 from services.retrieval.compose import build_service
 from services.retrieval.plan_exec import execute
 from services.retrieval.plans import Plan, PlanAnswer
+from services.retrieval.service import plan_budget_s
 
 
 def read_plan(given: str) -> Plan:
@@ -53,7 +54,7 @@ def plan_direct(settings: Settings, plan: Plan) -> PlanAnswer:
                     plan,
                     caller,
                     snapshot_id=snapshot_id,
-                    budget_s=settings.query_plan_timeout_s,
+                    budget_s=plan_budget_s(settings),
                 )
         finally:
             await service.engine.dispose()

@@ -557,7 +557,8 @@ class Settings(BaseSettings):
         gt=0,
         description="Time budget of one typed graph plan (POST /v1/graph/query, mode graph, "
         "MCP graph_query): a plan still running then is stopped and refused with 422 "
-        "(services/retrieval/plan_exec.py).",
+        "(services/retrieval/plan_exec.py). Capped by KGSTREAM_DB_STATEMENT_TIMEOUT_S when "
+        "that is lower.",
     )
     query_max_concurrent: int = Field(
         default=16,

@@ -54,7 +54,7 @@ from services.retrieval.schemas import (
     QueryRequest,
     QueryResponse,
 )
-from services.retrieval.service import QueryService
+from services.retrieval.service import QueryService, plan_budget_s
 
 log = logging.getLogger(__name__)
 
@@ -123,14 +123,14 @@ class Operations:
 
     async def graph_query(self, plan: Plan, caller: Caller) -> PlanAnswer:
         """A typed graph plan's answer from what the caller can see (plan_exec.py), within
-        ``query_plan_timeout_s``."""
+        ``plan_budget_s``."""
         async with self.service.read_as(caller) as (conn, snapshot_id, reader):
             return await execute(
                 conn,
                 plan,
                 reader,
                 snapshot_id=snapshot_id,
-                budget_s=self.settings.query_plan_timeout_s,
+                budget_s=plan_budget_s(self.settings),
             )
 
     async def facts(  # noqa: PLR0917 - the route's parameters, as it takes them

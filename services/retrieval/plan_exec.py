@@ -247,7 +247,7 @@ async def _kept(
         kept = {e for e in kept if facts[e].type in types}
     for step, wanted in ((where.has, True), (where.lacks, False)):
         if step is not None and kept:
-            degrees = await _degrees(run, step, sorted(kept))
+            degrees = await _degrees(run, step, sorted(kept), facts)
             kept = {e for e in kept if (degrees.get(e, 0.0) > 0) == wanted}
     return kept
 
@@ -378,8 +378,11 @@ async def _with_evidence(
     return rows
 
 
-async def _related(run: _Run, related: Related, entities: Sequence[int]) -> dict[int, set[int]]:
-    """The entities one step from each (by the step's types and direction)."""
+async def _related(
+    run: _Run, related: Related, entities: Sequence[int], facts: dict[int, EntityFacts]
+) -> dict[int, set[int]]:
+    """The entities one step from each (by the step's types and direction; of its
+    ``to_types`` only, as the caller sees their types), their facts added to ``facts``."""
     if not entities:
         return {}
     values = _along(sorted(entities), related)
@@ -388,7 +391,16 @@ async def _related(run: _Run, related: Related, entities: Sequence[int]) -> dict
     out: dict[int, set[int]] = {}
     for here, there, _ in rows:
         out.setdefault(int(here), set()).add(int(there))
-    return out
+    more = sorted({o for others in out.values() for o in others} - facts.keys())
+    if more:
+        facts |= await entity_kinds(run.conn, run.caller, more)
+        run.statements += 1
+    wanted = set(related.to_types)
+    kept = {
+        e: {o for o in others if o in facts and (not wanted or facts[o].type in wanted)}
+        for e, others in out.items()
+    }
+    return {e: others for e, others in kept.items() if others}
 
 
 async def _rank_values(
@@ -416,13 +428,20 @@ async def _rank_values(
         rows = await run.conn.execute(_PAGERANK, {"s": snapshot_id, "e": list(ordered)})
         return {int(e): float(p) for e, p in rows.all()}
     related = plan.result.related or Related(direction="both")
-    degrees = await _degrees(run, related, ordered)
+    degrees = await _degrees(run, related, ordered, facts)
     return {e: degrees.get(e, 0.0) for e in ordered}
 
 
-async def _degrees(run: _Run, related: Related, entities: Sequence[int]) -> dict[int, float]:
+async def _degrees(
+    run: _Run, related: Related, entities: Sequence[int], facts: dict[int, EntityFacts]
+) -> dict[int, float]:
     """Each entity's distinct neighbours one ``related`` step away (absent: none), counted by
-    the database as the caller sees relationships."""
+    the database as the caller sees relationships (read and typed here when the step keeps
+    neighbours of ``to_types`` only)."""
+    if related.to_types:
+        return {
+            e: float(len(o)) for e, o in (await _related(run, related, entities, facts)).items()
+        }
     values = _along(list(entities), related)
     rows = await run.rows(_DEGREES[related.direction], values)
     return {int(e): float(n) for e, n in rows}
@@ -432,22 +451,19 @@ async def _groups(
     run: _Run, plan: Plan, kept: set[int], facts: dict[int, EntityFacts]
 ) -> list[Group]:
     """Groups by type, or by the entities each is related to (an entity in each of its
-    groups), largest first, then by key."""
+    groups; a group per related entity, its key the entity's name, with its id when two
+    share the name), largest first, then by key."""
     members: dict[str, list[int]] = {}
     if plan.result.group_by == "type":
         for e in kept:
             members.setdefault(facts[e].type, []).append(e)
     else:
         assert plan.result.related is not None  # noqa: S101 - the model requires it
-        related = await _related(run, plan.result.related, sorted(kept))
-        keys = sorted({o for others in related.values() for o in others} - facts.keys())
-        if keys:
-            facts |= await entity_kinds(run.conn, run.caller, keys)
-            run.statements += 1
+        related = await _related(run, plan.result.related, sorted(kept), facts)
+        keys = _group_keys({o for others in related.values() for o in others}, facts)
         for e in kept:
-            names = {facts[o].name for o in related.get(e, ()) if o in facts} or {NONE_KEY}
-            for name in names:
-                members.setdefault(name, []).append(e)
+            for key in sorted({keys[o] for o in related.get(e, ())}) or [NONE_KEY]:
+                members.setdefault(key, []).append(e)
     groups = [
         Group(
             key=key,
@@ -461,6 +477,17 @@ async def _groups(
     groups.sort(key=lambda g: (-g.count, g.key))
     page = plan.result
     return groups[page.offset : page.offset + page.limit]
+
+
+def _group_keys(entities: set[int], facts: dict[int, EntityFacts]) -> dict[int, str]:
+    """Each entity's group key: its name, and its id too when another shares the name (two
+    entities are two groups, whatever they are called)."""
+    named: dict[str, list[int]] = {}
+    for e in entities:
+        named.setdefault(facts[e].name, []).append(e)
+    return {
+        e: name if len(ids) == 1 else f"{name} (#{e})" for name, ids in named.items() for e in ids
+    }
 
 
 async def _compare(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer:

@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.access import Caller
 from services.core.extraction import CO_OCCURS
-from services.retrieval.answer_kind import HEAD_NOUNS, OPENINGS, ORGANISATION, word_set
+from services.retrieval.answer_kind import HEAD_NOUNS, OPENINGS, ORGANISATION, ROLE, word_set
 from services.retrieval.grounding import WORD, exact_matches, key_places, subsumed
 from services.retrieval.plans import (
     MAX_STEPS,
@@ -70,7 +70,7 @@ _IMPACT = re.compile(
     re.I,
 )
 _RANK = re.compile(r"\b(most|fewest|least|top|largest number|highest number)\b", re.I)
-_COUNT = re.compile(r"^\s*how many\b", re.I)
+_COUNT = re.compile(r"^\s*(?:(?:to|for|in|with|from|of|by|on|at)\s+)?how many\b", re.I)
 _NOT = re.compile(r"\b(not|no|without|never)\b", re.I)
 _WHO = re.compile(r"^\s*(who|whom)\b", re.I)
 # organisations named by their role in a trade
@@ -79,6 +79,31 @@ ROLE_NOUNS = word_set(
     "buyers seller sellers partner partners subsidiary subsidiaries competitor competitors "
     "firm firms business businesses"
 )
+# Roles of a trade by the relationship they take part in: the agent of supplying or selling
+# (a vendor supplies something), or its recipient (a customer is supplied). "The vendors"
+# keeps the entities that have such a relationship, "with no supplier" those that lack one.
+SELLING = ("suppl", "sell")  # the stems of the relationship a trade's roles are read through
+AGENTS = word_set("vendor vendors supplier suppliers seller sellers")
+RECIPIENTS = word_set("customer customers buyer buyers client clients")
+# Words that say a trade's relationship under another name: its converse ("X buys from Y": Y
+# supplies X) and "sell" for a graph that says "supply". Each maps to the stems it says and
+# whether it says them reversed. ("Signed" is not read as PARTY_TO: "the companies X signed
+# contracts with" is two steps through the contract.)
+SENSES: dict[str, tuple[tuple[str, ...], bool]] = {
+    **dict.fromkeys(
+        word_set("buy buys bought buying purchase purchases purchased purchasing"),
+        (SELLING, True),
+    ),
+    **dict.fromkeys(word_set("sell sells sold selling"), (SELLING, False)),
+}
+# Kinds a question may say are absent beyond the head nouns' ("no contract"): a signed legal
+# document is spaCy's LAW. Only here: as a head noun, "contract" would keep LAW entities
+# where the offline extractor labels a contract named in text as an organisation.
+ABSENT_KINDS: dict[str, tuple[str, ...]] = {
+    **{noun: tiers[0] for noun, tiers in HEAD_NOUNS.items()},
+    **dict.fromkeys(word_set("contract contracts agreement agreements"), ("LAW",)),
+}
+_NEGATED = 3  # words after "no" / "without" read for what is absent ("no signed contract")
 _OPENERS = word_set("how many which what list name")
 _FUNCTION = word_set("in to of by for on at the a an with from as is")
 
@@ -183,10 +208,13 @@ def _plan_for(question: str, said: Sequence[Said], types: Sequence[str]) -> Plan
     names = [s.words for s in said]
     if _COMPARE.search(question) and len(names) >= 2:
         return Plan(start=Start(names=names[:2]), result=Result(op="compare"))
-    if not types:
-        return None
-    said_rels = _relationships(words, said, types)
+    at, absent = _absent(words, said, types)
+    if not types or (at >= 0 and absent is None):
+        return None  # no typed graph, or an absence it cannot state (not a plan ignoring it)
     where = _kind(words, question)
+    said_rels = [r for r in _relationships(words, said, types) if r.at != at]
+    if absent is not None:
+        where = Where(**{**(where.model_dump() if where else {}), "lacks": absent.model_dump()})
     if _IMPACT.search(question) and said:
         used = sorted({r.type for r in said_rels})
         step = Step(relationships=used, typed=not used, direction="out", depth=_depth(words))
@@ -242,12 +270,58 @@ def _relationships(words: Sequence[str], said: Sequence[Said], types: Sequence[s
     for i, w in enumerate(words):
         if i in inside:
             continue
+        own_word = any(w[:STEM] in own for own in stems.values())
+        senses, reversed_ = SENSES[w] if w in SENSES and not own_word else ((), False)
         for rel, own in stems.items():
-            if w[:STEM] in own:
-                passive = w.endswith("ed") and words[i + 1 : i + 2] == ["by"]
-                out.append(_Rel(rel, i, passive))
+            if (w[:STEM] in own) if not senses else any(o.startswith(senses) for o in own):
+                passive = w.endswith(("ed", "ght", "old")) and words[i + 1 : i + 2] == ["by"]
+                out.append(_Rel(rel, i, passive != reversed_))
                 break
     return out
+
+
+def _typed(stems: tuple[str, ...], types: Sequence[str]) -> str | None:
+    """The graph's relationship type one of these stems says (the first in order), if any."""
+    for rel in types:
+        if any(w.startswith(stems) for w in rel.lower().split("_")):
+            return rel
+    return None
+
+
+def _role(noun: str, types: Sequence[str], *, absent: bool = False) -> Related | None:
+    """The relationship a trade's role takes part in ("vendors": SUPPLIES out, "customers":
+    SUPPLIES in), from the other end when the role is what is absent ("no supplier": nothing
+    supplies it); None when the noun is no role or the graph has no such relationship."""
+    if noun not in AGENTS and noun not in RECIPIENTS:
+        return None
+    rel = _typed(SELLING, types)
+    if rel is None:
+        return None
+    agent = (noun in AGENTS) != absent
+    return Related(relationships=[rel], direction="out" if agent else "in")
+
+
+def _absent(
+    words: Sequence[str], said: Sequence[Said], types: Sequence[str]
+) -> tuple[int, Related | None]:
+    """What the question says is absent ("with no contract", "without a supplier") and the
+    word saying it (-1: none): the first role or kind noun within a few words after "no" /
+    "without" that is not a name it says. A role lacks its relationship (None: the graph has
+    none); a kind lacks any typed relationship to an entity of it."""
+    inside = {i for s in said for i in range(s.start, s.end)}
+    for i, w in enumerate(words):
+        if w not in ("no", "without"):
+            continue
+        for j in range(i + 1, min(len(words), i + 1 + _NEGATED)):
+            if j in inside:
+                break
+            if words[j] in AGENTS or words[j] in RECIPIENTS:
+                return j, _role(words[j], types, absent=True)
+            labels = ABSENT_KINDS.get(words[j]) or ABSENT_KINDS.get(_singular(words[j]))
+            if labels:
+                kind = [t for t in labels if t not in ROLE]
+                return j, Related(typed=True, direction="both", to_types=kind) if kind else None
+    return -1, None
 
 
 def _nearest(at: int, said: Sequence[Said]) -> Said:
@@ -340,6 +414,7 @@ def _ranked(
     result = Result(op="rank", rank_by="degree", related=related, limit=RANKED)
     if not said:
         assert where is not None  # noqa: S101 - checked above
-        return Plan(start=Start(types=where.types), result=result)
+        kept = where if where.has or where.lacks else None  # "which vendor": those that supply
+        return Plan(start=Start(types=where.types), where=kept, result=result)
     step = Step(typed=True, direction="both")
     return Plan(start=Start(names=[said[0].words]), follow=[step], where=where, result=result)

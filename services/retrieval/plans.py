@@ -69,11 +69,14 @@ class Step(_Strict):
 
 
 class Related(_Strict):
-    """The entities related to each result through one step (grouping key, degree)."""
+    """The entities related to each result through one step (grouping key, degree, a
+    relationship had or lacked), those of ``to_types`` only when it is given ("with no
+    contract": no typed relationship to an entity of a contract's type)."""
 
     relationships: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
     typed: bool = False
     direction: Direction = "out"
+    to_types: list[TypeName] = Field(default_factory=list, max_length=MAX_TYPES)
 
 
 class Where(_Strict):

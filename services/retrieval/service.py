@@ -115,8 +115,16 @@ class QueryConfig:
             ab_share=settings.query_ab_share,
             ground_metadata=settings.query_ground_metadata,
             route_graph=settings.query_route_graph,
-            plan_timeout_s=settings.query_plan_timeout_s,
+            plan_timeout_s=plan_budget_s(settings),
         )
+
+
+def plan_budget_s(settings: Settings) -> float:
+    """A plan's time budget: the configured one, within the database's statement_timeout when
+    that is lower (a plan's statements run on the same connections, so the lower bound is the
+    one that holds; it then refuses as a plan that ran too long, not a database error)."""
+    cap = settings.db_statement_timeout_s
+    return min(settings.query_plan_timeout_s, cap) if cap > 0 else settings.query_plan_timeout_s
 
 
 @dataclass(frozen=True)

@@ -892,7 +892,7 @@ async def test_graph_plans_count_only_what_the_caller_sees(env: Env, data: st.Da
     async with env.engine.connect() as conn:
         rows = await read_rows(conn)
     for who in (caller, Caller.operator()):
-        plan = data.draw(plans(rows.surfaces, rows.types), "plan")
+        plan = data.draw(plans(rows.surfaces, rows.types, rows.entity_types), "plan")
         env.box.caller = who
         resp = await env.client.post("/v1/graph/query", json=plan)
         assert resp.status_code == 200, resp.text

@@ -468,7 +468,7 @@ async def test_any_plan_under_any_acls_equals_the_reference(
                 )
             rows = await read_rows(conn)
         readable = {d for d, acl in acls.items() if acl is None or caller.groups & set(acl)}
-        plan = data.draw(plans(NAMES, TYPES), "plan")
+        plan = data.draw(plans(NAMES, TYPES, rows.entity_types), "plan")
         answer = await run(built, plan, caller)
         want = plan_answer(rows, readable, plan)
         event(
@@ -653,6 +653,26 @@ async def test_where_has_and_lacks_a_relationship(built: str) -> None:
     # Orrin is hidden but Brightwater still supplies it, and Orrin is not there to count
     assert (await run(built, unsupplied, LEGAL)).count == 3
     assert (await run(built, unsupplied, OUTSIDER)).count == 2
+    # to entities of a type only: in EMEA, only Dunmore Rail has a person related to it
+    person = {"typed": True, "direction": "both", "to_types": [PERSON]}
+    in_emea = {
+        "start": {"names": ["EMEA"]},
+        "follow": [{"relationships": ["LOCATED_IN"], "direction": "in"}],
+    }
+    unapproved = {**in_emea, "where": {"lacks": person}, "result": {"op": "list"}}
+    assert names(await run(built, unapproved)) == ["Brightwater Motors", "Calder Fleet"]
+    approved = {**in_emea, "where": {"has": person}, "result": {"op": "list"}}
+    assert names(await run(built, approved)) == ["Dunmore Rail"]
+    ranked = {
+        **in_emea,
+        "result": {"op": "rank", "related": {"direction": "both", "to_types": [ORG]}},
+    }
+    top = (await run(built, ranked)).rows  # Brightwater and Calder: a customer and a supplier
+    assert [(r.name, r.value) for r in top] == [
+        ("Brightwater Motors", 3.0),
+        ("Calder Fleet", 3.0),
+        ("Dunmore Rail", 1.0),
+    ]
 
 
 async def test_a_hidden_relationship_is_neither_had_nor_counted(built: str) -> None:

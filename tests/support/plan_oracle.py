@@ -20,17 +20,33 @@ class GraphRows:
     """The rows visibility is decided from."""
 
     keys: dict[int, str]  # entity: its stored key
+    stored_types: dict[int, str]  # entity: its stored type
     aliases: list[tuple[int, str, str]]  # entity, alias, alias key
-    mentions: list[tuple[int, str, str]]  # entity, document, surface
+    mentions: list[tuple[int, str, str, str]]  # entity, document, surface, type
     evidence: list[tuple[int, int, int, str, str]]  # relationship, source, target, type, document
 
     @property
     def surfaces(self) -> list[str]:
-        return sorted({s for _, _, s in self.mentions})
+        return sorted({s for _, _, s, _ in self.mentions})
 
     @property
     def types(self) -> list[str]:
         return sorted({y for _, _, _, y, _ in self.evidence})
+
+    @property
+    def entity_types(self) -> list[str]:
+        return sorted(set(self.stored_types.values()))
+
+    def type_seen(self, docs: set[str] | None) -> dict[int, str]:
+        """Each visible entity's type: stored, or for a restricted caller the commonest type
+        of its visible mentions (the first in order on a tie, as PostgreSQL's mode() picks)."""
+        if docs is None:
+            return dict(self.stored_types)
+        counts: dict[int, dict[str, int]] = {}
+        for e, d, _, y in self.mentions:
+            if d in docs:
+                counts.setdefault(e, {})[y] = counts.setdefault(e, {}).get(y, 0) + 1
+        return {e: min(c, key=lambda y: (-c[y], y)) for e, c in counts.items()}
 
 
 async def read_rows(conn: AsyncConnection) -> GraphRows:
@@ -41,13 +57,14 @@ async def read_rows(conn: AsyncConnection) -> GraphRows:
 
     return GraphRows(
         keys={int(e): str(k) for e, k in await rows("SELECT id, key FROM entities")},
+        stored_types={int(e): str(y) for e, y in await rows("SELECT id, type FROM entities")},
         aliases=[
             (int(e), str(a), str(k))
             for e, a, k in await rows("SELECT entity_id, alias, alias_key FROM aliases")
         ],
         mentions=[
-            (int(e), str(d), str(s))
-            for e, d, s in await rows("SELECT entity_id, doc_id, surface FROM mentions")
+            (int(e), str(d), str(s), str(y))
+            for e, d, s, y in await rows("SELECT entity_id, doc_id, surface, type FROM mentions")
         ],
         evidence=[
             (int(r), int(s), int(t), str(y), str(d))
@@ -65,7 +82,7 @@ def plan_answer(rows: GraphRows, docs: set[str] | None, plan: dict[str, Any]) ->
     restricted caller: an alias that is the surface of a mention in a readable document),
     walked along relationships with evidence in a readable document and both ends visible."""
     surfaces: dict[int, set[str]] = {}
-    for e, d, s in rows.mentions:
+    for e, d, s, _ in rows.mentions:
         if docs is None or d in docs:
             surfaces.setdefault(e, set()).add(s)
     visible = set(rows.keys) if docs is None else set(surfaces)
@@ -112,11 +129,17 @@ def plan_answer(rows: GraphRows, docs: set[str] | None, plan: dict[str, Any]) ->
         spec = plan["exclude"]
         gone = named(spec["names"])
         last -= gone | hop(gone, spec.get("relationships", []), spec.get("direction", "both"))
+    typed = rows.type_seen(docs)
     for key, wanted in (("has", True), ("lacks", False)):
         spec = (plan.get("where") or {}).get(key)
         if spec is not None:
             types, way = spec.get("relationships", []), spec.get("direction", "out")
-            last = {e for e in last if bool(hop({e}, types, way)) == wanted}
+            ends = set(spec.get("to_types", []))
+            last = {
+                e
+                for e in last
+                if any(not ends or typed.get(o) in ends for o in hop({e}, types, way)) == wanted
+            }
     return last & visible
 
 
@@ -125,10 +148,12 @@ def _within_depth(steps: list[dict[str, Any]]) -> bool:
 
 
 @st.composite
-def plans(draw: st.DrawFn, names: list[str], types: list[str]) -> dict[str, Any]:
-    """A plan from these names and relationship types: one or two start names, up to two
-    steps (three hops in all), a relationship had or lacked or not, a negation or none, a
-    count or a whole list."""
+def plans(
+    draw: st.DrawFn, names: list[str], types: list[str], kinds: list[str] | None = None
+) -> dict[str, Any]:
+    """A plan from these names, relationship types and entity types (``kinds``): one or two
+    start names, up to two steps (three hops in all), a relationship had or lacked (to
+    entities of a type) or not, a negation or none, a count or a whole list."""
     named = st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True)
     step = st.fixed_dictionaries(
         {
@@ -151,6 +176,9 @@ def plans(draw: st.DrawFn, names: list[str], types: list[str]) -> dict[str, Any]
             key: {
                 "relationships": draw(st.lists(st.sampled_from(types), max_size=1), "of"),
                 "direction": draw(st.sampled_from(["out", "in", "both"]), "way"),
+                "to_types": draw(st.lists(st.sampled_from(kinds), max_size=1), "to")
+                if kinds
+                else [],
             }
         }
     if draw(st.booleans(), "negation"):

@@ -144,3 +144,46 @@ def test_what_makes_no_valid_plan_is_no_plan() -> None:
     assert plan(f"How many suppliers does {long_name.strip()} have?", long_name.strip()) is None
     odd = ("supplies to",)  # not a type a plan can name
     assert plan("Who supplies Acme?", "Acme", types=odd) is None
+
+
+def test_a_trade_said_by_its_converse_or_another_verb() -> None:
+    """ "X buys from Y": Y supplies X (the converse, read reversed); "sell" says SUPPLIES in a
+    graph that has no SELLS; a graph's own word wins over a sense."""
+    p = plan("Who buys from Norvale Electronics?", "Norvale Electronics")
+    assert steps(p) == [(["SUPPLIES"], "out", 1)]
+    p = plan("What was bought by Norvale Electronics?", "Norvale Electronics")
+    assert steps(p) == [(["SUPPLIES"], "in", 1)]  # passive and converse: Norvale is supplied
+    p = plan("To how many companies does Norvale Electronics sell?", "Norvale Electronics")
+    assert p is not None
+    assert p.result.op == "count"  # "to how many" counts as "how many" does
+    assert steps(p) == [(["SUPPLIES"], "out", 1)]
+    own = ("SELLS_TO", "SUPPLIES")
+    p = plan("Who sells to Norvale Electronics?", "Norvale Electronics", types=own)
+    assert steps(p) == [(["SELLS_TO"], "in", 1)]
+
+
+def test_what_is_said_to_be_absent_is_lacked() -> None:
+    """ "No supplier": nothing supplies it (the role's relationship, from the other end), and the
+    word is not also a step; "no contract": no typed relationship to a legal document."""
+    p = plan("Which companies in EMEA have no supplier?", "EMEA")
+    assert p is not None
+    assert steps(p) == [(TYPED, "both", 1)]
+    assert p.where is not None
+    assert p.where.types == ["ORG"]
+    assert p.where.lacks is not None
+    assert (p.where.lacks.relationships, p.where.lacks.direction) == (["SUPPLIES"], "in")
+    p = plan("Which APAC vendors have no contract?", "APAC")
+    assert p is not None
+    assert p.where is not None
+    assert p.where.lacks is not None
+    lacks = p.where.lacks
+    assert (lacks.typed, lacks.direction, lacks.to_types) == (True, "both", ["LAW"])
+    p = plan("Which companies without customers are in EMEA?", "EMEA")
+    assert p is not None
+    assert p.where is not None
+    assert p.where.lacks is not None
+    assert (p.where.lacks.relationships, p.where.lacks.direction) == (["SUPPLIES"], "out")
+    # a graph with no trade relationship has no role to lack; a name is never what is absent
+    assert plan("Which companies in EMEA have no supplier?", "EMEA", types=("LOCATED_IN",)) is None
+    p = plan("Which companies are not supplied by Norvale Electronics?", "Norvale Electronics")
+    assert p is None or p.where is None or p.where.lacks is None
