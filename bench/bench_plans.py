@@ -2,7 +2,7 @@
 database answers in p50 <= 100 ms), on a bulk-built home (bench/bulk_build.py):
 
     flock /tmp/kg-heavy.lock .venv/bin/python bench/bench_plans.py \\
-        --home /var/tmp/kg-bulk-1m [--runs 3] [--plans 60] [--hide-share 0.5] [--out F]
+        --home /var/tmp/kg-bulk-1m [--runs 3] [--plans 60] [--hide-share 0.5] [--held] [--out F]
 
 Starts the home's PostgreSQL (shared_buffers 25% of RAM), migrates it, draws ``--plans``
 start entities (seeded; entities with 2 to 200 mentions: named things, not the hubs a plan
@@ -10,8 +10,9 @@ would be refused on) and a second one each, and times each plan shape below thro
 engine (plan_exec.execute in a read transaction, as POST /v1/graph/query runs it), as the
 operator and as the anonymous caller (with ``--hide-share``: half the documents hidden from
 it, so every read is the filtered one): ``--runs`` passes, the median of p50 and p99, and how
-many plans were refused (too broad, too long). The bulk graph's relationships are
-co-occurrences only, so plans follow any type.
+many plans were refused (too broad, too long). With ``--held``, the steps walk the graph held
+in memory (graph_memory.build, after the ACLs are set), as the query API's do. The bulk graph's
+relationships are co-occurrences only, so plans follow any type.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from services.core.db import migrations  # noqa: E402
 from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
 from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
+from services.retrieval import graph_memory  # noqa: E402
 from services.retrieval.errors import Invalid  # noqa: E402
+from services.retrieval.graph_memory import MemoryGraph  # noqa: E402
 from services.retrieval.plan_exec import execute  # noqa: E402
 from services.retrieval.plans import Plan  # noqa: E402
 from services.retrieval.visibility import widened  # noqa: E402
@@ -92,7 +95,9 @@ def shapes(a: str, b: str) -> dict[str, dict[str, Any]]:
     }
 
 
-async def _pass(url: str, plans: list[Plan], caller: Caller) -> dict[str, Any]:
+async def _pass(
+    url: str, plans: list[Plan], caller: Caller, memory: MemoryGraph | None
+) -> dict[str, Any]:
     engine = make_engine(url, timeouts=UNBOUNDED)
     ms: list[float] = []
     refused = 0
@@ -104,7 +109,9 @@ async def _pass(url: str, plans: list[Plan], caller: Caller) -> dict[str, Any]:
                 async with engine.connect() as conn, conn.begin():
                     await conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
                     reader = await widened(conn, caller)
-                    answer = await execute(conn, plan, reader, snapshot_id=None, budget_s=BUDGET_S)
+                    answer = await execute(
+                        conn, plan, reader, snapshot_id=None, budget_s=BUDGET_S, memory=memory
+                    )
                     reached.append(answer.count)
             except Invalid:
                 refused += 1
@@ -127,6 +134,11 @@ async def _measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             names = [str(r[0]) for r in rows.all()]
     finally:
         await engine.dispose()
+    memory = None
+    if args.held:  # as the query API holds it (graph_holder.py), after the ACLs were set
+        t0 = time.perf_counter()
+        memory = await graph_memory.build(make_engine(url, timeouts=UNBOUNDED))
+        print(f"held graph built in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     rng = random.Random(args.seed)
     pairs = [(names[i], names[-1 - i]) for i in range(args.plans)]
     rng.shuffle(pairs)
@@ -135,8 +147,8 @@ async def _measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     for shape in shapes("a", "b"):
         plans = [Plan.model_validate(shapes(a, b)[shape]) for a, b in pairs]
         for who, caller in callers.items():
-            await _pass(url, plans[:5], caller)  # warm-up
-            passes = [await _pass(url, plans, caller) for _ in range(args.runs)]
+            await _pass(url, plans[:5], caller, memory)  # warm-up
+            passes = [await _pass(url, plans, caller, memory) for _ in range(args.runs)]
             row = {
                 "p50_ms": round(statistics.median(p["p50_ms"] for p in passes), 1),
                 "p99_ms": round(statistics.median(p["p99_ms"] for p in passes), 1),
@@ -155,6 +167,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--plans", type=int, default=60)
     parser.add_argument("--hide-share", type=float, default=0.0)
+    parser.add_argument(
+        "--held", action="store_true", help="steps walk the held graph, as the query API's do"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     settings = Settings()

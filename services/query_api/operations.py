@@ -41,7 +41,6 @@ from services.retrieval.fact_times import Window, read_facts
 from services.retrieval.global_mode import list_communities
 from services.retrieval.graph_holder import report_of
 from services.retrieval.paths import find_routes
-from services.retrieval.plan_exec import execute
 from services.retrieval.plans import Plan, PlanAnswer
 from services.retrieval.schemas import (
     MAX_HOPS,
@@ -54,7 +53,7 @@ from services.retrieval.schemas import (
     QueryRequest,
     QueryResponse,
 )
-from services.retrieval.service import QueryService, plan_budget_s
+from services.retrieval.service import QueryService
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +123,7 @@ class Operations:
     async def graph_query(self, plan: Plan, caller: Caller) -> PlanAnswer:
         """A typed graph plan's answer from what the caller can see (plan_exec.py), within
         ``plan_budget_s``."""
-        async with self.service.read_as(caller) as (conn, snapshot_id, reader):
-            return await execute(
-                conn,
-                plan,
-                reader,
-                snapshot_id=snapshot_id,
-                budget_s=plan_budget_s(self.settings),
-            )
+        return await self.service.plan_answer(plan, caller)
 
     async def facts(  # noqa: PLR0917 - the route's parameters, as it takes them
         self,

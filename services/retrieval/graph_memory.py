@@ -324,11 +324,19 @@ class Relationships:
     def type_names(self) -> list[str]:
         return [self.vocabulary[int(c)] for c in self.types]
 
+    def leaving(self, entities: Ids) -> NDArray[Any]:
+        """Rows (positions) whose source is one of ``entities`` (sorted, distinct)."""
+        found: NDArray[Any] = self.by_source[_with_keys(self.source_keys, entities)]
+        return found
+
+    def entering(self, entities: Ids) -> NDArray[Any]:
+        """Rows (positions) whose target is one of ``entities`` (sorted, distinct)."""
+        found: NDArray[Any] = self.by_target[_with_keys(self.target_keys, entities)]
+        return found
+
     def touching(self, entities: Ids) -> NDArray[Any]:
         """Rows (positions) whose source or target is one of ``entities``, each once, sorted."""
-        out = [self.by_source[_with_keys(self.source_keys, entities)]]
-        out.append(self.by_target[_with_keys(self.target_keys, entities)])
-        return np.unique(np.concatenate(out))
+        return np.unique(np.concatenate([self.leaving(entities), self.entering(entities)]))
 
     def indexes_hold(self) -> bool:
         """Whether both orders are permutations of the rows in key order (tests)."""

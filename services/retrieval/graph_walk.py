@@ -122,6 +122,55 @@ class MemoryGraphReads:
         ]
         return relations, rel.ids[rows].tolist()
 
+    def steps(
+        self, entities: Sequence[int], direction: str, types: Sequence[str], typed: bool
+    ) -> tuple[Ids, Ids, Ids]:
+        """(from, to, relationship id) arrays of one typed-plan step from ``entities`` along
+        relationships of ``types`` (any when empty; ``typed``: but co-occurrence), ``out``,
+        ``in`` or ``both`` (a relationship between two of them once each way), as the caller
+        sees relationships: the rows of plan_exec's statements, from memory."""
+        rel, ids = self.graph.relationships, _unique(entities)
+        parts: list[tuple[Ids, Ids, Ids]] = []
+        for way in ("out", "in") if direction == "both" else (direction,):
+            at = rel.leaving(ids) if way == "out" else rel.entering(ids)
+            at = self._of_types(at, types, typed)
+            if self._seen is not None and at.size:
+                at = at[self._relationship_visible(at)]
+            here, there = (rel.sources, rel.targets) if way == "out" else (rel.targets, rel.sources)
+            parts.append((here[at], there[at], rel.ids[at]))
+        return (
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+        )
+
+    def _of_types(self, at: NDArray[Any], types: Sequence[str], typed: bool) -> NDArray[Any]:
+        """Those of the relationships at ``at`` of ``types`` (any when empty), co-occurrences
+        dropped when ``typed``."""
+        rel = self.graph.relationships
+        vocabulary = rel.vocabulary
+        if types:
+            at = at[np.isin(rel.types[at], [vocabulary.index(t) for t in types if t in vocabulary])]
+        if typed and CO_OCCURS in vocabulary:
+            at = at[rel.types[at] != vocabulary.index(CO_OCCURS)]
+        return at
+
+    def _relationship_visible(self, at: NDArray[Any]) -> NDArray[np.bool_]:
+        """Which of the relationships at ``at`` the restricted caller sees: some evidence in a
+        visible class, and both ends with a visible mention."""
+        rel = self.graph.relationships
+        assert self._seen is not None  # noqa: S101 - restricted callers only
+        ids = rel.ids[at]
+        distinct = _unique(ids)
+        _, count = self.graph.evidence.visible(distinct, self._seen)
+        evidenced = np.isin(ids, distinct[count > 0])
+        ends = _unique(np.concatenate([rel.sources[at], rel.targets[at]]))
+        shown = ends[self._visible_mentions(ends) > 0]
+        both: NDArray[np.bool_] = (
+            evidenced & np.isin(rel.sources[at], shown) & np.isin(rel.targets[at], shown)
+        )
+        return both
+
     async def not_hubs(self, entities: Sequence[int]) -> list[tuple[int, int]]:
         ids, counts = self._not_hubs(_unique(entities))
         return list(zip(ids.tolist(), counts.tolist(), strict=True))

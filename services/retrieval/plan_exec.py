@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -25,8 +26,11 @@ from services.core.access import Caller
 from services.core.extraction import CO_OCCURS
 from services.core.normalize import entity_key
 from services.retrieval.errors import Invalid
+from services.retrieval.graph_memory import MemoryGraph
+from services.retrieval.graph_walk import MemoryGraphReads
 from services.retrieval.plans import (
     Comparison,
+    Direction,
     Evidence,
     Group,
     Plan,
@@ -139,16 +143,43 @@ _PAGERANK = text(
 
 @dataclass
 class _Run:
-    """One plan's execution: its connection, caller and the round trips taken."""
+    """One plan's execution: its connection, caller, the held graph its steps walk (None: the
+    database) and the round trips taken."""
 
     conn: AsyncConnection
     caller: Caller
+    memory: MemoryGraphReads | None = None
     statements: int = 0
     notes: list[str] = field(default_factory=list)
 
     async def rows(self, form: Filtered, values: dict[str, object]) -> Sequence[Any]:
         self.statements += 1
         return (await self.conn.execute(*form.bind(self.caller, values))).all()
+
+    async def step(
+        self, entities: Sequence[int], step: Step | Related, direction: Direction
+    ) -> Sequence[Any]:
+        """(from, to, relationship id) of one step from ``entities`` (at most one row past
+        MAX_REACHED: the caller refuses past it)."""
+        if self.memory is None:
+            return await self.rows(_STEPS[direction], _bounded(_along(entities, step)))
+        here, there, rels = self.memory.steps(entities, direction, step.relationships, step.typed)
+        n = MAX_REACHED + 1
+        return list(zip(here[:n].tolist(), there[:n].tolist(), rels[:n].tolist(), strict=True))
+
+    async def degrees(self, entities: Sequence[int], related: Related) -> dict[int, float]:
+        """Each entity's distinct neighbours one ``related`` step away (absent: none)."""
+        if self.memory is None:
+            rows = await self.rows(_DEGREES[related.direction], _along(entities, related))
+            return {int(e): float(n) for e, n in rows}
+        here, there, _ = self.memory.steps(
+            entities, related.direction, related.relationships, related.typed
+        )
+        if not here.size:
+            return {}
+        pairs = np.unique(np.stack([here, there]), axis=1)
+        found, counts = np.unique(pairs[0], return_counts=True)
+        return dict(zip(found.tolist(), counts.astype(float).tolist(), strict=True))
 
 
 @dataclass(frozen=True)
@@ -169,10 +200,14 @@ async def execute(
     *,
     snapshot_id: int | None,
     budget_s: float,
+    memory: MemoryGraph | None = None,
 ) -> PlanAnswer:
-    """The plan's answer from what the caller can see, within ``budget_s`` seconds."""
+    """The plan's answer from what the caller can see, within ``budget_s`` seconds; its steps
+    walk ``memory`` (the held graph, when this read may: QueryService.walkable) unless the
+    caller reads through a document scope (filters), which the held graph does not hold."""
     await conn.execute(text(f"SET LOCAL statement_timeout = {max(1, int(budget_s * 1000))}"))
-    run = _Run(conn, caller)
+    walked = memory if caller.scope is None else None
+    run = _Run(conn, caller, None if walked is None else MemoryGraphReads(walked, conn, caller))
     try:
         async with asyncio.timeout(budget_s):
             return await _answer(run, plan, snapshot_id)
@@ -329,8 +364,7 @@ async def _walk(run: _Run, steps: Sequence[Step], start: Sequence[int]) -> _Reac
             if not frontier:
                 break
             level += 1
-            values = _along(frontier, step)
-            rows = await run.rows(_STEPS[step.direction], _bounded(values))
+            rows = await run.step(frontier, step, step.direction)
             _check_breadth(len(rows), f"step {number}")
             fresh: list[int] = []
             for _, there, rel in sorted(rows, key=lambda r: int(r[2])):  # first by id reaches
@@ -385,8 +419,7 @@ async def _related(
     ``to_types`` only, as the caller sees their types), their facts added to ``facts``."""
     if not entities:
         return {}
-    values = _along(sorted(entities), related)
-    rows = await run.rows(_STEPS[related.direction], _bounded(values))
+    rows = await run.step(sorted(entities), related, related.direction)
     _check_breadth(len(rows), "the related step")
     out: dict[int, set[int]] = {}
     for here, there, _ in rows:
@@ -442,9 +475,7 @@ async def _degrees(
         return {
             e: float(len(o)) for e, o in (await _related(run, related, entities, facts)).items()
         }
-    values = _along(list(entities), related)
-    rows = await run.rows(_DEGREES[related.direction], values)
-    return {int(e): float(n) for e, n in rows}
+    return await run.degrees(list(entities), related)
 
 
 async def _groups(
@@ -507,8 +538,7 @@ async def _compare(run: _Run, plan: Plan, snapshot_id: int | None) -> PlanAnswer
         raise Invalid("Nothing to compare", "both names are the same entity")
     rels: dict[int, list[tuple[str, int]]] = {a: [], b: []}
     for direction in ("out", "in"):
-        values = _along([a, b], Related())
-        rows = await run.rows(_STEPS[direction], _bounded(values))
+        rows = await run.step([a, b], Related(), direction)
         _check_breadth(len(rows), "the comparison's neighbours")
         types = await _relationship_types(run, [int(r) for _, _, r in rows])
         for here, there, rel in rows:

@@ -128,6 +128,17 @@ def plan_budget_s(settings: Settings) -> float:
 
 
 @dataclass(frozen=True)
+class _PlanRead:
+    """Where a typed plan reads: the query's transaction and snapshot, the caller as its reads
+    take it, and the held graph its steps may walk (None: the database)."""
+
+    conn: AsyncConnection
+    caller: Caller
+    snapshot_id: int | None
+    memory: MemoryGraph | None
+
+
+@dataclass(frozen=True)
 class _Asked:
     """What one retrieval reads, inside its snapshot transaction."""
 
@@ -233,7 +244,10 @@ class QueryService:
         async with self.read_as(caller, Wanted.of(req)) as (conn, snapshot_id, reader):
             memory = await self.walkable(conn, taken, reader)
             graphed, mode, routed_why = await self._graph_first(
-                conn, req, reader, snapshot_id, (mode, routed_why, arm, t0), usage=usage
+                _PlanRead(conn, reader, snapshot_id, memory),
+                req,
+                (mode, routed_why, arm, t0),
+                usage,
             )
             if graphed is not None:
                 return graphed
@@ -463,12 +477,9 @@ class QueryService:
 
     async def _graph_first(
         self,
-        conn: AsyncConnection,
+        read: _PlanRead,
         req: QueryRequest,
-        caller: Caller,
-        snapshot_id: int | None,
         asked: tuple[Mode, str, Arm, float],
-        *,
         usage: Usage,
     ) -> tuple[QueryResponse | None, Mode, str]:
         """Graph mode, or auto mode when the question states a plan: its answer; otherwise
@@ -480,9 +491,9 @@ class QueryService:
         ):
             return None, mode, why
         if req.mode == "graph":  # asked for: a refused plan is the answer (422)
-            planned, notes = await self._graph(conn, req, caller, snapshot_id, usage)
+            planned, notes = await self._graph(read, req, usage)
         else:
-            planned, notes = await self._graph_or_not(conn, req, caller, snapshot_id, usage)
+            planned, notes = await self._graph_or_not(read, req, usage)
             if planned is None:
                 why = "; ".join(note for note in [*notes, why] if note)
         if planned is not None:
@@ -502,24 +513,19 @@ class QueryService:
         return None, "local", "; ".join([fallback, *notes])
 
     async def _graph_or_not(
-        self,
-        conn: AsyncConnection,
-        req: QueryRequest,
-        caller: Caller,
-        snapshot_id: int | None,
-        usage: Usage,
+        self, read: _PlanRead, req: QueryRequest, usage: Usage
     ) -> tuple[PlanAnswer | None, list[str]]:
         """Auto mode's try: the plan's answer, or None (and why) when the question states no
         plan, or its plan is refused (too broad, too long) or reaches nothing, so the question
         goes on to the routed mode. Only the plan runs in a savepoint (a question that states
         none costs no round trip for it): a refused plan's aborted statement and its
         statement_timeout are rolled back with it."""
-        plan, notes = await self._plan(conn, req, caller, usage)
+        plan, notes = await self._plan(read.conn, req, read.caller, usage)
         if plan is None:
             return None, notes
-        savepoint = await conn.begin_nested()
+        savepoint = await read.conn.begin_nested()
         try:
-            planned = await self._execute(conn, plan, caller, snapshot_id)
+            planned = await self._execute(read, plan)
         except Refused as exc:
             await savepoint.rollback()
             return None, [f"graph: {exc.title.lower()}; answered as routed"]
@@ -530,19 +536,14 @@ class QueryService:
         return planned, notes
 
     async def _graph(
-        self,
-        conn: AsyncConnection,
-        req: QueryRequest,
-        caller: Caller,
-        snapshot_id: int | None,
-        usage: Usage,
+        self, read: _PlanRead, req: QueryRequest, usage: Usage
     ) -> tuple[PlanAnswer | None, list[str]]:
         """Graph mode: the plan's answer (a refusal raised), or None when the question states
         no plan; and notes."""
-        plan, notes = await self._plan(conn, req, caller, usage)
+        plan, notes = await self._plan(read.conn, req, read.caller, usage)
         if plan is None:
             return None, notes
-        return await self._execute(conn, plan, caller, snapshot_id), notes
+        return await self._execute(read, plan), notes
 
     async def _plan(
         self, conn: AsyncConnection, req: QueryRequest, caller: Caller, usage: Usage
@@ -568,12 +569,23 @@ class QueryService:
                 notes.append(f"graph: {why}; the rules read the question")
         return plan or plan_for(req.question, said, types), notes
 
-    async def _execute(
-        self, conn: AsyncConnection, plan: Plan, caller: Caller, snapshot_id: int | None
-    ) -> PlanAnswer:
+    async def _execute(self, read: _PlanRead, plan: Plan) -> PlanAnswer:
         return await plan_exec.execute(
-            conn, plan, caller, snapshot_id=snapshot_id, budget_s=self.config.plan_timeout_s
+            read.conn,
+            plan,
+            read.caller,
+            snapshot_id=read.snapshot_id,
+            budget_s=self.config.plan_timeout_s,
+            memory=read.memory,
         )
+
+    async def plan_answer(self, plan: Plan, caller: Caller) -> PlanAnswer:
+        """A typed plan's answer from what the caller can see (POST /v1/graph/query, MCP
+        graph_query): its steps walk the held graph when this read may (``walkable``)."""
+        taken = None if self.graph is None else self.graph.current()
+        async with self.read_as(caller) as (conn, snapshot_id, reader):
+            memory = await self.walkable(conn, taken, reader)
+            return await self._execute(_PlanRead(conn, reader, snapshot_id, memory), plan)
 
     async def _path(self, asked: _Asked, grounding: Grounding) -> Retrieval | None:
         """Paths between the question's entities, topped up with the best passages to k."""

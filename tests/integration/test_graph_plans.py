@@ -30,8 +30,9 @@ from services.core.embedding import OnnxMiniLmEmbedder
 from services.core.extraction import SpacyExtractor
 from services.core.llm.client import process_client
 from services.core.settings import Settings
-from services.retrieval import plan_exec
+from services.retrieval import graph_memory, plan_exec
 from services.retrieval.errors import Invalid
+from services.retrieval.graph_memory import MemoryGraph
 from services.retrieval.llm import OpenAIChat
 from services.retrieval.plans import Plan, PlanAnswer
 from services.retrieval.schemas import QueryRequest
@@ -138,6 +139,8 @@ async def built(env: Env, url: str) -> str:
 
 
 async def run(url: str, plan: dict[str, Any], caller: Caller = OPERATOR, **kw: Any) -> PlanAnswer:
+    """The plan's answer, its steps read from the database, or walked on ``memory`` (a held
+    graph) when given."""
     engine = make_engine(url)
     try:
         async with engine.connect() as conn, conn.begin():
@@ -147,7 +150,17 @@ async def run(url: str, plan: dict[str, Any], caller: Caller = OPERATOR, **kw: A
                 caller,
                 snapshot_id=None,
                 budget_s=kw.get("budget_s", 5.0),
+                memory=kw.get("memory"),
             )
+    finally:
+        await engine.dispose()
+
+
+async def held(url: str) -> MemoryGraph:
+    """The graph as a query process holds it (graph_memory.build)."""
+    engine = make_engine(url)
+    try:
+        return await graph_memory.build(engine)
     finally:
         await engine.dispose()
 
@@ -469,15 +482,19 @@ async def test_any_plan_under_any_acls_equals_the_reference(
             rows = await read_rows(conn)
         readable = {d for d, acl in acls.items() if acl is None or caller.groups & set(acl)}
         plan = data.draw(plans(NAMES, TYPES, rows.entity_types), "plan")
-        answer = await run(built, plan, caller)
         want = plan_answer(rows, readable, plan)
         event(
             f"readable: {len(readable)} of {len(WORLD)}; answer {'empty' if not want else 'some'}"
         )
-        assert answer.count == len(want), (plan, answer.notes)
-        if plan["result"]["op"] == "list":
-            assert {r.id for r in answer.rows} == want
-        assert all(e.doc_id in readable for r in answer.rows for e in r.evidence)
+        memory = await held(built)  # steps read from the database, then walked in memory
+        for answer in (
+            await run(built, plan, caller),
+            await run(built, plan, caller, memory=memory),
+        ):
+            assert answer.count == len(want), (plan, answer.notes)
+            if plan["result"]["op"] == "list":
+                assert {r.id for r in answer.rows} == want
+            assert all(e.doc_id in readable for r in answer.rows for e in r.evidence)
     finally:
         async with engine.begin() as conn:  # as built: only the secret document restricted
             await conn.execute(text("UPDATE documents SET acl = NULL"))
@@ -706,3 +723,56 @@ async def test_a_hidden_relationship_is_neither_had_nor_counted(built: str) -> N
                 text("UPDATE documents SET acl = NULL WHERE doc_id = 'd-brightwater'")
             )
         await engine.dispose()
+
+
+EVERY_OP: list[dict[str, Any]] = [
+    {**IN_APAC, "result": {"op": "count"}},
+    {**IN_APAC, "result": {"op": "list", "limit": 2, "offset": 1}},
+    {
+        "start": {"names": ["Norvale Components"]},
+        "follow": [{"relationships": ["SUPPLIES"], "depth": 3}],
+        "result": {"op": "list"},
+    },
+    {
+        "start": {"types": [ORG]},
+        "where": {"lacks": {"relationships": ["SUPPLIES"], "direction": "in"}},
+        "result": {"op": "list"},
+    },
+    {
+        "start": {"names": ["EMEA", "APAC"]},
+        "follow": [{"typed": True, "direction": "both"}],
+        "where": {"has": {"direction": "both", "to_types": [PERSON]}},
+        "result": {"op": "list"},
+    },
+    {
+        "start": {"types": [ORG]},
+        "result": {
+            "op": "group",
+            "group_by": "related",
+            "related": {"relationships": ["LOCATED_IN"]},
+        },
+    },
+    {"start": {"types": [ORG]}, "result": {"op": "rank", "rank_by": "degree"}},
+    {
+        "start": {"types": [ORG]},
+        "exclude": {"names": ["Brightwater Motors"], "relationships": ["SUPPLIES"]},
+        "result": {"op": "list"},
+    },
+    {"start": {"names": ["Calder Fleet", "Brightwater Motors"]}, "result": {"op": "compare"}},
+]
+
+
+@pytest.mark.parametrize(
+    "caller", [OPERATOR, LEGAL, OUTSIDER], ids=["operator", "legal", "outsider"]
+)
+async def test_steps_walked_in_memory_answer_as_the_database(built: str, caller: Caller) -> None:
+    """Every operation, its steps walked on the held graph (POST /v1/graph/query and the query
+    service do when the read may), answers exactly as when they are read from the database,
+    whoever asks; only the round trips differ."""
+    memory = await held(built)
+    for plan in EVERY_OP:
+        from_db = await run(built, plan, caller)
+        walked = await run(built, plan, caller, memory=memory)
+        assert walked.statements < from_db.statements, plan
+        same = {"statements": 0}
+        assert walked.model_copy(update=same) == from_db.model_copy(update=same), plan
