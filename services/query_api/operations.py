@@ -37,6 +37,7 @@ from services.query_api.problems import Problem, as_problem
 from services.retrieval.documents import DocumentRead, read_document
 from services.retrieval.entities import entity_detail, search_entities
 from services.retrieval.errors import Invalid, NotFound
+from services.retrieval.explore import entity_mentions, neighbourhood, relationship_detail
 from services.retrieval.fact_times import Window, read_facts
 from services.retrieval.global_mode import list_communities
 from services.retrieval.graph_holder import report_of
@@ -49,9 +50,11 @@ from services.retrieval.schemas import (
     EntitySummary,
     FactsResponse,
     IngestAccepted,
+    Neighbourhood,
     PathsResponse,
     QueryRequest,
     QueryResponse,
+    RelationshipDetail,
 )
 from services.retrieval.service import QueryService
 
@@ -104,6 +107,31 @@ class Operations:
         if found is None:  # gone between the two reads
             raise NotFound("Entity not found", f"entity={ref!r} matches no entity")
         return found
+
+    async def neighbourhood(
+        self, entity_id: int, hops: int, limit: int, caller: Caller
+    ) -> Neighbourhood:
+        """The entity's neighbourhood as the explorer draws it; 404 when the caller cannot see
+        the entity."""
+        async with self.service.read_as(caller) as (conn, snapshot_id, reader):
+            found = await neighbourhood(conn, entity_id, hops, limit, caller=reader)
+        if found is None:
+            raise NotFound("Entity not found", f"no entity has id {entity_id}")
+        return found.model_copy(update={"snapshot_id": snapshot_id})
+
+    async def relationship(self, relationship_id: int, caller: Caller) -> RelationshipDetail:
+        """One relationship with its evidence; 404 when the caller cannot see it."""
+        async with self.service.read_as(caller) as (conn, _, reader):
+            found = await relationship_detail(conn, relationship_id, caller=reader)
+        if found is None:
+            raise NotFound("Relationship not found", f"no relationship has id {relationship_id}")
+        return found
+
+    async def mentions(self, entity_id: int, limit: int, caller: Caller) -> dict[str, Any]:
+        """The entity's mentions the caller can see, with their sentences and documents."""
+        async with self.service.read_as(caller) as (conn, snapshot_id, reader):
+            found = await entity_mentions(conn, entity_id, limit, caller=reader)
+        return {"snapshot_id": snapshot_id, "mentions": [m.model_dump() for m in found]}
 
     async def paths(
         self, source: str, target: str, k: int, max_hops: int, caller: Caller

@@ -19,6 +19,7 @@ from services.query_api.operations import Operations
 from services.query_api.problems import Problem
 from services.query_api.readiness import Readiness
 from services.retrieval.documents import DocumentRead
+from services.retrieval.explore import MAX_NODES
 from services.retrieval.fact_times import MAX_FACTS
 from services.retrieval.filters import Filters, scoped
 from services.retrieval.graph_holder import report_of
@@ -32,10 +33,12 @@ from services.retrieval.schemas import (
     FeedbackRequest,
     FeedbackResponse,
     IngestAccepted,
+    Neighbourhood,
     NoControl,
     NoNul,
     PathsResponse,
     QueryResponse,
+    RelationshipDetail,
     error_summary,
 )
 
@@ -121,6 +124,51 @@ async def entity(
 ) -> EntityDetail:
     """One entity with its strongest relationships and their best evidence."""
     return await ops.entity(entity_id, neighbours, caller)
+
+
+@router.get(
+    "/v1/entities/{entity_id}/neighbourhood",
+    response_model=Neighbourhood,
+    tags=["graph"],
+    dependencies=[QUERY],
+)
+async def entity_neighbourhood(
+    ops: OpsDep,
+    caller: ScopedCallerDep,
+    entity_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    hops: Annotated[int, Query(ge=1, le=2)] = 1,
+    limit: Annotated[int, Query(ge=1, le=MAX_NODES)] = 150,
+) -> Neighbourhood:
+    """The entity's neighbourhood as the explorer (/explorer) draws it: up to ``limit``
+    entities within ``hops``, strongest relationships first, the relationships among them, and
+    what the caps cut (``neighbours``, ``notes``)."""
+    return await ops.neighbourhood(entity_id, hops, limit, caller)
+
+
+@router.get("/v1/entities/{entity_id}/mentions", tags=["graph"], dependencies=[QUERY])
+async def entity_mentions(
+    ops: OpsDep,
+    caller: ScopedCallerDep,
+    entity_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> dict[str, Any]:
+    """The entity's mentions: the words as said, their sentence and document."""
+    return await ops.mentions(entity_id, limit, caller)
+
+
+@router.get(
+    "/v1/relationships/{relationship_id}",
+    response_model=RelationshipDetail,
+    tags=["graph"],
+    dependencies=[QUERY],
+)
+async def relationship(
+    ops: OpsDep,
+    caller: ScopedCallerDep,
+    relationship_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+) -> RelationshipDetail:
+    """One relationship: its ends, type, weight, and its strongest evidence sentences."""
+    return await ops.relationship(relationship_id, caller)
 
 
 @router.get("/v1/paths", response_model=PathsResponse, tags=["graph"], dependencies=[QUERY])

@@ -253,6 +253,67 @@ class EntityDetail(EntitySummary):
     neighbours: list[Neighbour] = Field(default_factory=list)
 
 
+class ExploreNode(BaseModel):
+    """An entity the explorer draws: hops from the entity explored (0: itself)."""
+
+    id: int
+    name: str
+    type: str
+    mentions: int
+    hops: int
+
+
+class ExploreEdge(BaseModel):
+    """A relationship between two drawn entities (weak: a co-occurrence on one piece of
+    evidence the caller sees)."""
+
+    id: int
+    source: int
+    target: int
+    type: str
+    weight: float
+    weak: bool
+
+
+class Neighbourhood(BaseModel):
+    """An entity's neighbourhood as the explorer draws it (services/retrieval/explore.py)."""
+
+    center: ExploreNode
+    nodes: list[ExploreNode] = Field(description="The drawn entities, the center first.")
+    edges: list[ExploreEdge] = Field(description="Relationships among the drawn entities.")
+    neighbours: int = Field(description="The center's neighbours in all, drawn or not.")
+    snapshot_id: int | None = None
+    notes: list[str] = Field(default_factory=list, description="What the caps cut.")
+
+
+class SaidEvidence(BaseModel):
+    """A sentence stating a relationship, with its document."""
+
+    doc_id: str
+    sentence: str
+    strength: float
+
+
+class RelationshipDetail(BaseModel):
+    """One relationship and its strongest evidence sentences."""
+
+    id: int
+    source: ExploreNode
+    target: ExploreNode
+    type: str
+    weight: float
+    weak: bool
+    evidence: list[SaidEvidence]
+
+
+class MentionRow(BaseModel):
+    """A mention of an entity: the words as said, in their sentence and document."""
+
+    doc_id: str
+    surface: str
+    sentence: str
+
+
 class PathsResponse(BaseModel):
     """k shortest paths between two entities."""
 

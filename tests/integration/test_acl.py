@@ -363,6 +363,8 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
             sentences = oracle.rel_sentences[(entity_id, n["id"], n["relation"])]
             assert n["evidence"] in sentences
 
+    await _check_explorer_reads(env, caller, oracle, data)
+
     a, b = data.draw(names, "path from"), data.draw(names, "path to")
     resp = await env.get(caller, "/v1/paths", **{"from": a, "to": b, "k": 3})
     assert resp.status_code in (200, 404)
@@ -387,6 +389,49 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
     question = data.draw(st.sampled_from(QUESTIONS), "paths-ranker question")
     resp_local = await paths_ranker.query(QueryRequest(question=question, mode="local"), caller)
     oracle.check_query(resp_local.model_dump())
+
+
+async def _check_explorer_reads(
+    env: Env, caller: Caller, oracle: Oracle, data: st.DataObject
+) -> None:
+    """The explorer's routes (/explorer): a drawn entity's neighbourhood, its mentions, and
+    the evidence of its relationships, and of a drawn relationship, are what the caller sees."""
+    corpus = env.corpus
+    entity_id = data.draw(st.sampled_from(corpus.entity_ids), "explored")
+    hops = data.draw(st.sampled_from([1, 2]), "hops")
+    resp = await env.get(caller, f"/v1/entities/{entity_id}/neighbourhood", hops=hops)
+    assert resp.status_code == (200 if entity_id in oracle.surfaces else 404)
+    edges = []
+    if resp.status_code == 200:
+        hood = resp.json()
+        related = {(s, t) for s, t, _ in oracle.rel_sentences}
+        around = {t for s, t in related if s == entity_id and t != entity_id}
+        assert hood["neighbours"] == len(around)  # hidden neighbours are not even counted
+        first = {n["id"] for n in hood["nodes"] if n["hops"] == 1}
+        assert first <= around
+        for node in hood["nodes"]:
+            assert node["name"] in oracle.surfaces[node["id"]]
+            assert node["mentions"] == oracle.mention_counts[node["id"]]
+            if node["hops"] == 2:  # reached through a relationship the caller sees
+                assert any((f, node["id"]) in related for f in first)
+        for edge in hood["edges"]:
+            assert (edge["source"], edge["target"], edge["type"]) in oracle.rel_sentences
+            edges.append(edge["id"])
+    mentions = (await env.get(caller, f"/v1/entities/{entity_id}/mentions")).json()["mentions"]
+    for m in mentions:
+        assert m["doc_id"] in oracle.docs
+        assert m["sentence"] in oracle.entity_sentences[entity_id]
+    visible = {r for r, s, t, y, *_ in corpus.evidence if (s, t, y) in oracle.rel_sentences}
+    drawn = data.draw(st.sampled_from(sorted({r for r, *_ in corpus.evidence})), "relationship")
+    for rel in {*edges[:3], drawn}:
+        resp = await env.get(caller, f"/v1/relationships/{rel}")
+        assert resp.status_code == (200 if rel in visible else 404)
+        if resp.status_code == 200:
+            detail = resp.json()
+            key = (detail["source"]["id"], detail["target"]["id"], detail["type"])
+            for said in detail["evidence"]:
+                assert said["doc_id"] in oracle.docs
+                assert said["sentence"] in oracle.rel_sentences[key]
 
 
 @HALF

@@ -52,6 +52,9 @@ SCOPES: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/feedback"): "query",
     ("GET", "/v1/entities"): "query",
     ("GET", "/v1/entities/{entity_id}"): "query",
+    ("GET", "/v1/entities/{entity_id}/neighbourhood"): "query",
+    ("GET", "/v1/entities/{entity_id}/mentions"): "query",
+    ("GET", "/v1/relationships/{relationship_id}"): "query",
     ("GET", "/v1/paths"): "query",
     ("GET", "/v1/facts"): "query",
     ("POST", "/v1/graph/query"): "query",
@@ -66,6 +69,7 @@ SCOPES: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/curations/{curation_id}"): "admin",
     ("POST", "/v1/curations/{curation_id}/undo"): "admin",
     ("GET", "/dashboard"): None,  # the page holds no data; it asks /v1/dashboard with a key
+    ("GET", "/explorer"): None,  # the same: it asks the routes above with the key it is given
     ("GET", "/healthz"): None,
     ("GET", "/readyz"): None,
     ("GET", "/metrics"): None,
@@ -81,6 +85,7 @@ class Sample:
     url: str
     source: int
     target: int
+    relationship: int
     doc_id: str
     curation: int  # a block rule between two names the sample does not have
 
@@ -95,6 +100,16 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("GET", "/v1/entities"): {"url": "/v1/entities", "params": {"name": "Leland"}},
         ("GET", "/v1/entities/{entity_id}"): {"url": f"/v1/entities/{sample.source}"},
+        ("GET", "/v1/entities/{entity_id}/neighbourhood"): {
+            "url": f"/v1/entities/{sample.source}/neighbourhood",
+            "params": {"hops": 2},
+        },
+        ("GET", "/v1/entities/{entity_id}/mentions"): {
+            "url": f"/v1/entities/{sample.source}/mentions"
+        },
+        ("GET", "/v1/relationships/{relationship_id}"): {
+            "url": f"/v1/relationships/{sample.relationship}"
+        },
         ("GET", "/v1/paths"): {
             "url": "/v1/paths",
             "params": {"from": sample.source, "to": sample.target, "max_hops": 2},
@@ -121,6 +136,7 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
             "json": {"reason": "test"},
         },
         ("GET", "/dashboard"): {"url": "/dashboard"},
+        ("GET", "/explorer"): {"url": "/explorer"},
         ("GET", "/healthz"): {"url": "/healthz"},
         ("GET", "/readyz"): {"url": "/readyz"},
         ("GET", "/metrics"): {"url": "/metrics"},
@@ -152,7 +168,7 @@ async def auth_db(sample_db: str) -> Sample:
     async with engine.connect() as conn:
         row = (
             await conn.execute(
-                text("SELECT source_id, target_id FROM relationships ORDER BY id LIMIT 1")
+                text("SELECT id, source_id, target_id FROM relationships ORDER BY id LIMIT 1")
             )
         ).one()
         doc_id = await conn.scalar(text("SELECT max(doc_id) FROM documents"))
@@ -160,7 +176,7 @@ async def auth_db(sample_db: str) -> Sample:
         engine, "block", "Auth Alpha", "Auth Beta", reason="", by="test", against_graph=False
     )
     await engine.dispose()
-    return Sample(url, int(row.source_id), int(row.target_id), str(doc_id), rule.id)
+    return Sample(url, int(row.source_id), int(row.target_id), int(row.id), str(doc_id), rule.id)
 
 
 ClientFactory = Callable[..., Any]

@@ -24,6 +24,7 @@ from tests.integration.test_status_dashboard import (
     running_api,
 )
 from tests.support.activity import build_history
+from tests.support.cdp import OFFLINE
 from tests.support.openai_stub import OpenAIStub
 from tests.support.tools import require_tool
 
@@ -37,14 +38,7 @@ def chromium(binary: str, tmp: Path, url: str, *args: str) -> str:
     profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
     cmd = [
         binary,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *OFFLINE,
         f"--user-data-dir={profile}",
         "--virtual-time-budget=8000",
         *args,
