@@ -77,6 +77,10 @@ def run_demo(
             f"{status['entities']} entities, {status['relationships']} relationships, "
             f"{status['dead_letters']} dead letters"
         )
+        print(
+            f"graph explorer: {stack.api_url}/explorer (while the demo runs; `kgstream up` "
+            f"serves it at http://127.0.0.1:{settings.api_port}/explorer)"
+        )
         for line in questions.read_text(encoding="utf-8").splitlines()[:5]:
             _ask(stack, json.loads(line))
         _what_held(stack, FACTS_YEAR)

@@ -471,6 +471,7 @@ def up() -> None:
     with running_stack(settings, settings.api_port) as stack:
         typer.echo(f"kgstream is up: query API on {stack.api_url} (docs at {stack.api_url}/docs)")
         typer.echo(f"dashboard: {stack.api_url}/dashboard")
+        typer.echo(f"graph explorer: {stack.api_url}/explorer")
         typer.echo(f"MCP for agents: {stack.api_url}/mcp (docs/integration.md)")
         for name, url in stack.metrics_urls().items():
             typer.echo(f"{name} metrics: {url}")

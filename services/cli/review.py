@@ -131,30 +131,12 @@ def review_apply(
     that it merged, a split; one judged different and kept apart, a block. The curations are
     pending until an indexer (or `kgstream curate apply`) resolves their documents again."""
     from services.cli.curate import actor
-    from services.core.curations import CurationError, create
-    from services.maintenance.review import proposals, score
+    from services.maintenance.review import apply_verdicts
 
     judged = _judged(file)
 
     async def go(engine: Any) -> dict[str, Any]:
-        async with engine.connect() as conn:
-            report = await score(conn, [item for _, item in judged])
-            found = await proposals(conn, judged)
-        made: list[dict[str, Any]] = []
-        for p in found:
-            row: dict[str, Any] = {"line": p.line, "kind": p.kind, "name": p.name}
-            row |= {"other": p.other, "result": p.why or "would make"}
-            if p.kind is not None and not dry_run:
-                reason = f"review {file.name}:{p.line}"
-                try:
-                    rule, new = await create(
-                        engine, p.kind, p.name, p.other, reason=reason, by=actor(), keys=p.keys
-                    )
-                    row["result"] = f"made #{rule.id}" if new else f"in force already (#{rule.id})"
-                except CurationError as exc:
-                    row["result"] = f"refused: {exc.detail}"
-            made.append(row)
-        return {"figures": report, "curations": made}
+        return await apply_verdicts(engine, judged, by=actor(), source=file.name, dry_run=dry_run)
 
     result = with_engine(go)
     if json_out:

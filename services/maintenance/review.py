@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.core.curations import CurationError, create
 from services.core.normalize import entity_key
 
 KINDS = ("candidate", "merged")
@@ -247,3 +248,40 @@ async def proposals(
 async def _named(conn: AsyncConnection, entity: int) -> tuple[str, str, int]:
     row = (await conn.execute(_NAME_COUNT, {"e": entity})).one()
     return str(row.name), str(row.key), int(row.mention_count)
+
+
+async def apply_verdicts(
+    engine: AsyncEngine,
+    judged: Sequence[tuple[int, Mapping[str, Any]]],
+    *,
+    by: str,
+    source: str,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Judged (line, item)s turned into curations (``proposals``), made by ``by`` with the
+    reason "review SOURCE:LINE" unless ``dry_run``, with the linking figures they measure:
+    ``{"figures": score's report, "curations": [{line, kind, name, other, result}]}``.
+    `kgstream review apply` and ``POST /v1/review/verdicts`` (the explorer) both use it."""
+    async with engine.connect() as conn:
+        report = await score(conn, [item for _, item in judged])
+        found = await proposals(conn, judged)
+    made: list[dict[str, Any]] = []
+    for p in found:
+        row: dict[str, Any] = {"line": p.line, "kind": p.kind, "name": p.name}
+        row |= {"other": p.other, "result": p.why or "would make"}
+        if p.kind is not None and not dry_run:
+            try:
+                rule, new = await create(
+                    engine,
+                    p.kind,
+                    p.name,
+                    p.other,
+                    reason=f"review {source}:{p.line}",
+                    by=by,
+                    keys=p.keys,
+                )
+                row["result"] = f"made #{rule.id}" if new else f"in force already (#{rule.id})"
+            except CurationError as exc:
+                row["result"] = f"refused: {exc.detail}"
+        made.append(row)
+    return {"figures": report, "curations": made}

@@ -18,7 +18,15 @@ from services.core.settings import Settings
 from services.core.telemetry.models import PrometheusModelMeter
 from services.core.telemetry.process import ProcessOps
 from services.core.telemetry.server import url_host
-from services.query_api import auth, curation_routes, dashboard, explorer, mcp_server, problems
+from services.query_api import (
+    auth,
+    curation_routes,
+    dashboard,
+    explorer,
+    mcp_server,
+    problems,
+    review_routes,
+)
 from services.query_api.heartbeat import Heartbeat
 from services.query_api.ingest import DocumentPublisher
 from services.query_api.limits import EXEMPT_PATHS, Admission, BodyLimits
@@ -121,7 +129,7 @@ def create_app(
     app.state.settings = settings
     problems.install(app)
     auth.install(app, settings, svc.engine)
-    for routes in (router, curation_routes.router, explorer.router):
+    for routes in (router, curation_routes.router, review_routes.router, explorer.router):
         app.include_router(routes)
     dashboard.install(app, settings, svc.engine, publisher.bootstrap)
     app.state.mcp = mcp_server.install(app, app.state.operations, settings)

@@ -21,7 +21,7 @@ _TITLE = {"invalid": "Unprocessable Content", "not_found": "Not Found", "conflic
 CurationId = Annotated[int, Path(ge=1, le=2**63 - 1, description="From `GET /v1/curations`.")]
 
 
-def _who(principal: Principal) -> str:
+def who(principal: Principal) -> str:
     key = principal.key
     return "anonymous" if key is None else f"key:{key.id} ({key.name})"
 
@@ -67,7 +67,7 @@ async def make_curation(
             body.name,
             body.other,
             reason=body.reason,
-            by=_who(principal),
+            by=who(principal),
         )
     except CurationError as exc:
         raise _problem(exc) from None
@@ -95,7 +95,7 @@ async def undo_curation(
     again, then ``undone``). Undoing an undone rule changes nothing and returns it."""
     try:
         done, _ = await undo(
-            request.app.state.service.engine, curation_id, reason=body.reason, by=_who(principal)
+            request.app.state.service.engine, curation_id, reason=body.reason, by=who(principal)
         )
     except CurationError as exc:
         raise _problem(exc) from None

@@ -184,14 +184,21 @@ class Operations:
         return FactsResponse(entity=found, facts=facts)
 
     async def communities(
-        self, level: int | None, limit: int, caller: Caller
+        self, level: int | None, limit: int, caller: Caller, entity: int | None = None
     ) -> CommunitiesResponse:
-        """Communities of the published snapshot the caller may read, best rated first."""
+        """Communities of the published snapshot the caller may read (those ``entity`` is a
+        member of, when given), best rated first."""
         async with self.service.read_as(caller) as (conn, snapshot_id, reader):
             found = []
             if snapshot_id is not None:
                 found = await list_communities(
-                    conn, snapshot_id, level, limit, caller=reader, erasures=self.service.withheld
+                    conn,
+                    snapshot_id,
+                    level,
+                    limit,
+                    caller=reader,
+                    erasures=self.service.withheld,
+                    entity=entity,
                 )
         return CommunitiesResponse(snapshot_id=snapshot_id, level=level, communities=found)
 

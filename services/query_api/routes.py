@@ -232,10 +232,13 @@ async def communities(
     caller: CallerDep,
     level: Annotated[int | None, Query(ge=0, le=16)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    entity: Annotated[
+        int | None, Query(ge=1, le=2**63 - 1, description="Only the communities of this entity.")
+    ] = None,
 ) -> CommunitiesResponse:
-    """Communities of the published snapshot (one level, or all) the caller may read, best
-    rated first."""
-    return await ops.communities(level, limit, caller)
+    """Communities of the published snapshot (one level, or all; an entity's, with
+    ``entity``) the caller may read, best rated first."""
+    return await ops.communities(level, limit, caller, entity)
 
 
 @router.get(

@@ -77,7 +77,10 @@ _TEXT_ORDER = " ORDER BY score DESC, rating DESC NULLS LAST, id LIMIT :n"
 _BY_TEXT = _shown(_TEXT_HEAD, _TEXT_ORDER)
 _LIST_HEAD = (
     "SELECT id, level, parent_id, size, title, summary, rating FROM communities co"  # noqa: S608 - _KEPT is a constant
-    " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)" + _KEPT
+    " WHERE snapshot_id = :s AND (CAST(:l AS integer) IS NULL OR level = :l)"
+    # an entity's communities only, when one is given
+    " AND (CAST(:e AS bigint) IS NULL OR co.id IN (SELECT cm.community_id FROM"
+    " community_members cm WHERE cm.snapshot_id = :s AND cm.entity_id = :e))" + _KEPT
 )
 _LIST_ORDER = " ORDER BY level, rating DESC NULLS LAST, size DESC, id LIMIT :n"
 _LIST = _shown(_LIST_HEAD, _LIST_ORDER)
@@ -293,10 +296,12 @@ async def list_communities(
     *,
     caller: Caller,
     erasures: WithheldCache | None = None,
+    entity: int | None = None,
 ) -> list[CommunitySummary]:
-    """Communities of the snapshot (one level, or all) the caller may read, best rated first."""
+    """Communities of the snapshot (one level, or all; those ``entity`` is a member of, when
+    given) the caller may read, best rated first."""
     withheld = await _withheld(conn, snapshot_id, erasures)
-    values = {"s": snapshot_id, "l": level, "n": limit, "withheld": withheld}
+    values = {"s": snapshot_id, "l": level, "n": limit, "withheld": withheld, "e": entity}
     rows = (await conn.execute(*_LIST.bind(caller, values))).all()
     return [
         CommunitySummary(

@@ -29,6 +29,7 @@ def test_demo_indexes_and_answers(tmp_path: Path, user_home: Path) -> None:
     out = done.stdout
     assert "published 48 document events" in out
     assert "indexed: 48 documents" in out
+    assert "graph explorer: http://127.0.0.1:" in out
     assert out.count("\nQ: ") == 5
     assert out.count("\nA: ") == 6  # five sample questions (local) and one global
     # Every answer cites a document and at least one gold document is marked among the sources.

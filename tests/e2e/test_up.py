@@ -33,6 +33,7 @@ def test_up_prints_its_addresses_and_stops_cleanly_on_ctrl_c(
     assert code == 0, out + err[-3000:]
     assert f"kgstream is up: query API on {api} (docs at {api}/docs)" in out
     assert f"dashboard: {api}/dashboard" in out
+    assert f"graph explorer: {api}/explorer" in out
     assert f"MCP for agents: {api}/mcp" in out
     assert out.rstrip().endswith("stopped")
     assert "Traceback" not in err, err[-3000:]

@@ -377,6 +377,9 @@ async def test_no_leak_across_modes_and_endpoints(env: Env, data: st.DataObject)
     await _check_facts(env, caller, oracle)
     listed = (await env.get(caller, "/v1/communities")).json()["communities"]
     assert {c["id"] for c in listed} <= oracle.communities
+    member = data.draw(st.sampled_from(corpus.entity_ids), "member")
+    listed = (await env.get(caller, "/v1/communities", entity=member)).json()["communities"]
+    assert {c["id"] for c in listed} <= oracle.communities
 
     doc_id = data.draw(st.sampled_from(corpus.docs), "document")
     resp = await env.get(caller, f"/v1/documents/{doc_id}")

@@ -68,12 +68,17 @@ SCOPES: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/curations"): "admin",
     ("GET", "/v1/curations/{curation_id}"): "admin",
     ("POST", "/v1/curations/{curation_id}/undo"): "admin",
+    ("GET", "/v1/review/sample"): "admin",
+    ("POST", "/v1/review/verdicts"): "admin",
     ("GET", "/dashboard"): None,  # the page holds no data; it asks /v1/dashboard with a key
     ("GET", "/explorer"): None,  # the same: it asks the routes above with the key it is given
     ("GET", "/healthz"): None,
     ("GET", "/readyz"): None,
     ("GET", "/metrics"): None,
 }
+# A judged review item that asks for nothing (POST /v1/review/verdicts).
+_SIDE = {"contexts": [{"doc_id": "auth-doc", "surface": "Auth Alpha"}]}
+UNSURE = {"kind": "candidate", "label": "unsure", "a": _SIDE, "b": _SIDE}
 # A key with every scope but the one asked for (admin implies all, so never admin).
 OTHER = {"query": ("ingest",), "ingest": ("query",), "admin": ("query", "ingest")}
 
@@ -134,6 +139,11 @@ def requests_for(sample: Sample) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", "/v1/curations/{curation_id}/undo"): {
             "url": f"/v1/curations/{sample.curation}/undo",
             "json": {"reason": "test"},
+        },
+        ("GET", "/v1/review/sample"): {"url": "/v1/review/sample", "params": {"n": 2}},
+        ("POST", "/v1/review/verdicts"): {
+            "url": "/v1/review/verdicts",
+            "json": {"items": [UNSURE], "dry_run": True},
         },
         ("GET", "/dashboard"): {"url": "/dashboard"},
         ("GET", "/explorer"): {"url": "/explorer"},

@@ -200,7 +200,19 @@ def admin_views(page: Page, base: str, world: World, key: str, tmp: Path) -> Non
     said = page.wait_for("document.getElementById('curate-status').textContent")
     assert said.startswith("Rule #"), said
     page.wait_for("document.querySelectorAll('#curations li').length")
+    page.evaluate("document.getElementById('curation').scrollIntoView()")
     snap(page, tmp, "explorer-curation.png")
+    # the review sample as pairs to judge: the first judged "different" becomes a rule (or,
+    # for the graph as it is, needs none), as `kgstream review apply` does
+    page.evaluate("document.getElementById('review-load').click()")
+    assert page.wait_for("document.querySelectorAll('#review-items li[data-review]').length")
+    page.evaluate(
+        "(() => { document.getElementById('verdict-0-different').click();"
+        " document.getElementById('review-apply').click(); })()"
+    )
+    page.wait_for("document.querySelectorAll('#review-results li[data-line]').length === 1")
+    page.evaluate("document.getElementById('review').scrollIntoView()")
+    snap(page, tmp, "explorer-review.png")
 
 
 def outsider_views(page: Page, base: str, world: World, key: str, tmp: Path) -> None:
@@ -228,10 +240,11 @@ async def test_the_explorer_in_a_real_browser(
 
     await asyncio.to_thread(drive)
     listed = json.loads(kgstream(on, "curate", "list", "--json").stdout)
-    merges = [(c["name"], c["other"]) for c in listed if c["kind"] == "merge"]
-    assert merges == [world.merged], listed
-    made = next(c for c in listed if c["kind"] == "merge")
-    assert made["created_by"].endswith("(explorer-admin)")
-    assert made["reason"] == "same firm"
+    by_page = [c for c in listed if c["reason"] == "same firm"]
+    assert [(c["kind"], c["name"], c["other"]) for c in by_page] == [("merge", *world.merged)]
+    assert by_page[0]["created_by"].endswith("(explorer-admin)")
+    reviewed = [c for c in listed if c["reason"] == "review explorer:1"]
+    assert all(c["created_by"].endswith("(explorer-admin)") for c in reviewed)
+    assert all(c["kind"] in ("block", "split") for c in reviewed)  # judged different
     for page_file in ("explorer.html", "explorer.js", "explorer.css"):  # nothing from elsewhere
         assert "://" not in (STATIC / page_file).read_text(encoding="utf-8"), page_file

@@ -271,6 +271,13 @@ async def test_communities_endpoint(api: httpx.AsyncClient, bare_api: httpx.Asyn
     everything = (await api.get("/v1/communities")).json()
     assert len(everything["communities"]) == 3
     assert everything["communities"][2]["parent_id"] == 1
+    # an entity's communities (the explorer shows them): Watertown's airport is in 1 and 3
+    airport = await api.get("/v1/entities", params={"name": "Watertown International Airport"})
+    entity = airport.json()["entities"][0]["id"]
+    its = (await api.get("/v1/communities", params={"entity": entity})).json()["communities"]
+    assert sorted(c["id"] for c in its) == [1, 3]
+    at_level = (await api.get("/v1/communities", params={"entity": entity, "level": 0})).json()
+    assert [c["id"] for c in at_level["communities"]] == [1]
     none = (await bare_api.get("/v1/communities")).json()
     assert none == {"snapshot_id": None, "level": None, "communities": []}
     assert (await api.get("/v1/communities", params={"level": 99})).status_code == 422

@@ -192,10 +192,11 @@
       box.replaceChildren(el("h2", {}, d.name), el("p", { class: "hint" }, "Double-click to find and explore it."));
       return;
     }
-    const [detail, mentions, facts] = await Promise.all([
+    const [detail, mentions, facts, communities] = await Promise.all([
       api(`v1/entities/${d.entity}?neighbours=10`),
       api(`v1/entities/${d.entity}/mentions?limit=10`),
       api(`v1/facts?entity=${d.entity}&limit=10`).catch(() => ({ facts: [] })),
+      api(`v1/communities?entity=${d.entity}&limit=10`),
     ]);
     box.replaceChildren(el("h2", { "data-entity": detail.id }, detail.name));
     const dl = el("dl");
@@ -212,6 +213,16 @@
         ul.append(el("li", {}, `${f.valid_from ?? "…"} – ${f.valid_to ?? "…"}: ${f.sentence} [${f.doc_id}]`));
       }
       box.append(ul);
+    }
+    if (communities.communities.length) {
+      box.append(el("h3", {}, `Communities (snapshot ${communities.snapshot_id})`));
+      const cl = el("ul", { class: "communities" });
+      for (const c of communities.communities) {
+        const li = el("li", { "data-community": c.id });
+        li.append(el("strong", {}, `level ${c.level}: ${c.title || "#" + c.id}`), ` (${c.size} entities) ${c.summary}`);
+        cl.append(li);
+      }
+      box.append(cl);
     }
     box.append(el("h3", {}, "Mentions"));
     const ul = el("ul", { class: "mentions" });
@@ -309,6 +320,7 @@
       admin = false; // 403: this key may read, not curate
     }
     $("curation").hidden = !admin;
+    $("review").hidden = !admin;
   }
 
   function listCurations(curations) {
@@ -350,6 +362,54 @@
     }
   }
 
+  // ---- review (admin keys): the sample as pairs to judge -----------------------------------
+  let reviewItems = [];
+
+  async function loadReview() {
+    const found = await api("v1/review/sample?n=10");
+    reviewItems = found.items;
+    const ol = $("review-items");
+    ol.replaceChildren();
+    reviewItems.forEach((item, i) => {
+      const li = el("li", { "data-review": item.id });
+      const ask = item.kind === "merged" ? "Merged: are these one thing?" : "Kept apart: are these one thing?";
+      li.append(el("strong", {}, ask));
+      for (const side of [item.a, item.b]) {
+        const first = side.contexts[0];
+        li.append(el("p", {}, `${side.entity} (${side.type}) as “${first.surface}”: ${first.sentence} [${first.doc_id}]`));
+      }
+      const choices = el("span", { class: "verdicts" });
+      for (const label of ["same", "different", "unsure"]) {
+        const id = `verdict-${i}-${label}`;
+        const radio = el("input", { type: "radio", name: `verdict-${i}`, value: label, id });
+        radio.addEventListener("change", () => { item.label = label; });
+        choices.append(radio, el("label", { for: id }, label), " ");
+      }
+      li.append(choices);
+      ol.append(li);
+    });
+    $("review-apply").hidden = !reviewItems.length;
+    if (!reviewItems.length) ol.append(el("li", {}, "nothing to review: no merges or suspect pairs"));
+  }
+
+  async function applyReview() {
+    const judged = reviewItems.filter((item) => item.label);
+    if (!judged.length) {
+      $("review-results").replaceChildren(el("li", {}, "judge at least one pair first"));
+      return;
+    }
+    const done = await api("v1/review/verdicts", { method: "POST", body: { items: judged } });
+    const ol = $("review-results");
+    ol.replaceChildren();
+    for (const row of done.curations) {
+      const what = row.kind ? `${row.kind} ${row.name} / ${row.other}: ${row.result}` : `nothing to make: ${row.result}`;
+      ol.append(el("li", { "data-line": row.line }, what));
+    }
+    const acc = done.figures.linking_accuracy;
+    if (acc && acc.share !== null) ol.append(el("li", { class: "hint" }, `linking accuracy on these: ${(100 * acc.share).toFixed(0)}% of ${acc.of}`));
+    listCurations((await api("v1/curations")).curations);
+  }
+
   // ---- start ------------------------------------------------------------------------------
   function guarded(fn) {
     return async (...args) => {
@@ -372,6 +432,8 @@
       await ask($("ask-input").value.trim(), $("ask-mode").value);
     }));
     $("curate-form").addEventListener("submit", guarded(curate));
+    $("review-load").addEventListener("click", guarded(loadReview));
+    $("review-apply").addEventListener("click", guarded(applyReview));
     $("key-button").addEventListener("click", () => showKeyForm(""));
     $("key-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
