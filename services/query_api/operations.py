@@ -85,10 +85,13 @@ class Operations:
         observe_query(resp)
         return resp
 
-    async def entities(self, name: str, limit: int, caller: Caller) -> dict[str, Any]:
-        """Entities whose name or alias matches ``name``, best first."""
+    async def entities(
+        self, name: str, limit: int, caller: Caller, *, exact: bool = False
+    ) -> dict[str, Any]:
+        """Entities whose name or alias matches ``name``, best first (``exact``: the name or
+        an alias itself only)."""
         async with self.service.read_as(caller) as (conn, snapshot_id, reader):
-            found = await search_entities(conn, name, limit, caller=reader)
+            found = await search_entities(conn, name, limit, caller=reader, exact=exact)
         return {"snapshot_id": snapshot_id, "entities": [e.model_dump() for e in found]}
 
     async def entity(self, entity_id: int, neighbours: int, caller: Caller) -> EntityDetail:

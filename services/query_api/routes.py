@@ -108,9 +108,13 @@ async def entities(
         str, NoNul, Query(min_length=1, max_length=200, description="Name to look up.")
     ],
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
+    exact: Annotated[
+        bool, Query(description="Only the entities this is the name or an alias of.")
+    ] = False,
 ) -> dict[str, Any]:
-    """Entities whose name or alias matches, best first."""
-    return await ops.entities(name, limit, caller)
+    """Entities whose name or alias matches, best first: the name or an alias itself (score
+    1), then similar names (trigram similarity) unless ``exact``."""
+    return await ops.entities(name, limit, caller, exact=exact)
 
 
 @router.get(
@@ -137,7 +141,7 @@ async def entity_neighbourhood(
     caller: ScopedCallerDep,
     entity_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     hops: Annotated[int, Query(ge=1, le=2)] = 1,
-    limit: Annotated[int, Query(ge=1, le=MAX_NODES)] = 150,
+    limit: Annotated[int, Query(ge=2, le=MAX_NODES)] = 150,
 ) -> Neighbourhood:
     """The entity's neighbourhood as the explorer (/explorer) draws it: up to ``limit``
     entities within ``hops``, strongest relationships first, the relationships among them, and

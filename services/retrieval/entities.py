@@ -18,35 +18,55 @@ from services.retrieval.visibility import (
     visible_evidence,
 )
 
-_SEARCH_ADMIN = (
-    "WITH hits AS ("
-    "  SELECT e.id, 1.0 AS score FROM entities e WHERE e.key = :key"
-    "  UNION ALL SELECT a.entity_id, 1.0 FROM aliases a WHERE a.alias_key = :key"
-    "  UNION ALL SELECT e.id, similarity(e.name, :name) FROM entities e WHERE e.name % :name"
-    "  UNION ALL SELECT a.entity_id, similarity(a.alias, :name) FROM aliases a"
-    "   WHERE a.alias % :name),"
-    " best AS (SELECT id, max(score) AS score FROM hits GROUP BY id)"
-    " SELECT e.id, e.name, e.type, e.mention_count, b.score,"
-    "  coalesce((SELECT array_agg(a.alias ORDER BY a.alias) FROM aliases a"
-    "   WHERE a.entity_id = e.id), '{}') AS aliases"
-    " FROM best b JOIN entities e ON e.id = b.id"
-    " ORDER BY b.score DESC, e.mention_count DESC, e.id LIMIT :n"
-)
-# A restricted caller finds entities by the surfaces of their visible mentions only, ranked by
-# visible mentions; names, counts and aliases then come from entity_facts.
-_SEARCH = Filtered.of(
-    _SEARCH_ADMIN,
-    "WITH hits AS ("  # noqa: S608 - visibility fragments are constants
-    "  SELECT a.entity_id AS id, 1.0 AS score FROM aliases a WHERE a.alias_key = :key AND "
-    + alias_visible("a")
-    + "  UNION ALL SELECT a.entity_id, similarity(a.alias, :name) FROM aliases a"
-    "   WHERE a.alias % :name AND " + alias_visible("a") + "),"
-    " best AS (SELECT id, max(score) AS score FROM hits GROUP BY id)"
-    " SELECT b.id, b.score FROM best b CROSS JOIN LATERAL (SELECT count(*) AS n FROM mentions vm"
-    "  JOIN documents d ON d.doc_id = vm.doc_id WHERE vm.entity_id = b.id AND "
-    + DOC_VISIBLE
-    + ") c ORDER BY b.score DESC, c.n DESC, b.id LIMIT :n",
-)
+
+def _search_admin(fuzzy: bool) -> str:
+    """The operator's search: exact key or alias, then (``fuzzy``) trigram similarity of names
+    and aliases."""
+    similar = (
+        "  UNION ALL SELECT e.id, similarity(e.name, :name) FROM entities e WHERE e.name % :name"
+        "  UNION ALL SELECT a.entity_id, similarity(a.alias, :name) FROM aliases a"
+        "   WHERE a.alias % :name"
+    )
+    return (
+        "WITH hits AS ("  # noqa: S608 - the fragments are constants
+        "  SELECT e.id, 1.0 AS score FROM entities e WHERE e.key = :key"
+        "  UNION ALL SELECT a.entity_id, 1.0 FROM aliases a WHERE a.alias_key = :key"
+        + (similar if fuzzy else "")
+        + "),"
+        " best AS (SELECT id, max(score) AS score FROM hits GROUP BY id)"
+        " SELECT e.id, e.name, e.type, e.mention_count, b.score,"
+        "  coalesce((SELECT array_agg(a.alias ORDER BY a.alias) FROM aliases a"
+        "   WHERE a.entity_id = e.id), '{}') AS aliases"
+        " FROM best b JOIN entities e ON e.id = b.id"
+        " ORDER BY b.score DESC, e.mention_count DESC, e.id LIMIT :n"
+    )
+
+
+def _search_restricted(fuzzy: bool) -> str:
+    """A restricted caller finds entities by the surfaces of their visible mentions only,
+    ranked by visible mentions; names, counts and aliases then come from entity_facts."""
+    similar = (
+        "  UNION ALL SELECT a.entity_id, similarity(a.alias, :name) FROM aliases a"  # noqa: S608 - visibility fragments are constants
+        "   WHERE a.alias % :name AND " + alias_visible("a")
+    )
+    return (
+        "WITH hits AS ("  # noqa: S608 - visibility fragments are constants
+        "  SELECT a.entity_id AS id, 1.0 AS score FROM aliases a WHERE a.alias_key = :key AND "
+        + alias_visible("a")
+        + (similar if fuzzy else "")
+        + "),"
+        " best AS (SELECT id, max(score) AS score FROM hits GROUP BY id)"
+        " SELECT b.id, b.score FROM best b CROSS JOIN LATERAL (SELECT count(*) AS n FROM"
+        "  mentions vm JOIN documents d ON d.doc_id = vm.doc_id WHERE vm.entity_id = b.id AND "
+        + DOC_VISIBLE
+        + ") c ORDER BY b.score DESC, c.n DESC, b.id LIMIT :n"
+    )
+
+
+# by name or alias, then similar names (fuzzy: True), or exact names and aliases only
+_SEARCH = {
+    fuzzy: Filtered.of(_search_admin(fuzzy), _search_restricted(fuzzy)) for fuzzy in (True, False)
+}
 _OTHER = "CASE WHEN r.source_id = :id THEN r.target_id ELSE r.source_id END"
 _NEIGHBOURS_ADMIN = (
     "SELECT CASE WHEN r.source_id = :id THEN r.target_id ELSE r.source_id END AS other,"
@@ -77,11 +97,12 @@ _NEIGHBOURS = Filtered.of(
 
 
 async def search_entities(
-    conn: AsyncConnection, name: str, limit: int, *, caller: Caller
+    conn: AsyncConnection, name: str, limit: int, *, caller: Caller, exact: bool = False
 ) -> list[EntitySummary]:
-    """Entities the caller can see whose name or alias matches ``name``, best match first."""
+    """Entities the caller can see whose name or alias matches ``name``, best match first:
+    the name or an alias itself (score 1), then similar names, unless ``exact``."""
     values = {"key": entity_key(name), "name": name, "n": limit}
-    rows = (await conn.execute(*_SEARCH.bind(caller, values))).all()
+    rows = (await conn.execute(*_SEARCH[not exact].bind(caller, values))).all()
     if caller.unfiltered:
         return [
             EntitySummary(

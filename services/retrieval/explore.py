@@ -3,13 +3,14 @@
 neighbourhood (nodes and the relationships among them, capped, with what was cut), one
 relationship's evidence, and an entity's mentions with their sentences and documents.
 
-The neighbourhood, for ``hops`` 1 or 2 and a cap of ``limit`` nodes:
+The neighbourhood, for ``hops`` 1 or 2 and a cap of ``limit`` nodes (the entity included):
 1. the entity's neighbours, strongest relationship first (weight, then id), up to the cap;
    how many were not shown is counted (``cut``);
 2. with two hops, each shown neighbour's own strongest neighbours, ``SECOND_HOP_EACH`` each
    at most, until the cap;
-3. every relationship among the shown nodes, strongest first, at most ``EDGES_PER_NODE`` per
-   node in all.
+3. the relationships among the shown nodes, at most ``EDGES_PER_NODE`` per node in all: first
+   those that reached each shown node (so none is drawn alone), then the others, strongest
+   first.
 
 A restricted caller's weights are those of its visible evidence, a co-occurrence is weak on
 the evidence it sees, and names, types and mention counts are rebuilt from visible mentions
@@ -84,16 +85,25 @@ def _second(visible: bool) -> str:
 
 _FIRST = Filtered.of(_first(False), _first(True))
 _SECOND = Filtered.of(_second(False), _second(True))
+# Relationships among the drawn entities, those that reached a drawn entity first (the
+# entity's own, then a first-hop neighbour's to a second-hop one), so that every drawn entity
+# is drawn connected, then the others, strongest first.
+_REACHING = (
+    "CASE WHEN (r.source_id = :c AND r.target_id = ANY(:h1))"
+    " OR (r.target_id = :c AND r.source_id = ANY(:h1)) THEN 0"
+    " WHEN (r.source_id = ANY(:h1) AND r.target_id = ANY(:h2))"
+    " OR (r.target_id = ANY(:h1) AND r.source_id = ANY(:h2)) THEN 1 ELSE 2 END"
+)
 _AMONG = Filtered.of(
-    "SELECT r.id, r.source_id, r.target_id, r.type, r.weight, r.weak FROM relationships r"
-    " WHERE r.source_id = ANY(:n) AND r.target_id = ANY(:n) ORDER BY r.weight DESC, r.id"
-    " LIMIT :m",
+    "SELECT r.id, r.source_id, r.target_id, r.type, r.weight, r.weak FROM relationships r"  # noqa: S608 - constants
+    f" WHERE r.source_id = ANY(:n) AND r.target_id = ANY(:n) ORDER BY {_REACHING},"
+    " r.weight DESC, r.id LIMIT :m",
     # the ends are shown, so visible; the weight and weakness are the visible evidence's
     "SELECT r.id, r.source_id, r.target_id, r.type, v.w,"  # noqa: S608 - constants
     f" r.type = '{CO_OCCURS}' AND v.n <= 1 FROM relationships r CROSS JOIN LATERAL "
     + visible_evidence("r.id")
     + " v WHERE r.source_id = ANY(:n) AND r.target_id = ANY(:n) AND v.n > 0"
-    " ORDER BY v.w DESC, r.id LIMIT :m",
+    f" ORDER BY {_REACHING}, v.w DESC, r.id LIMIT :m",
 )
 _RELATIONSHIP = Filtered.of(
     "SELECT r.id, r.source_id, r.target_id, r.type, r.weight, r.weak FROM relationships r"
@@ -126,28 +136,37 @@ async def neighbourhood(
 ) -> Neighbourhood | None:
     """The entity's neighbourhood as the caller sees it (module docstring); None when the
     caller cannot see the entity (so existence does not leak)."""
-    limit = max(1, min(limit, MAX_NODES))
+    limit = max(2, min(limit, MAX_NODES))
     kinds = await entity_kinds(conn, caller, [entity_id])
     if entity_id not in kinds:
         return None
-    rows = (await conn.execute(*_FIRST.bind(caller, {"id": entity_id, "n": limit}))).all()
+    values = {"id": entity_id, "n": limit - 1}  # the entity itself is one of the drawn
+    rows = (await conn.execute(*_FIRST.bind(caller, values))).all()
     first = [int(r[0]) for r in rows]
     total = int(rows[0][2]) if rows else 0
     hop_of = {entity_id: 0} | dict.fromkeys(first, 1)
     notes = []
     if total > len(first):
         notes.append(f"{total - len(first)} of {total} neighbours not shown (cap {limit})")
-    if hops >= 2 and first and len(hop_of) <= limit:
-        values = {"f": first, "seen": list(hop_of), "per": SECOND_HOP_EACH}
-        for _, other in (await conn.execute(*_SECOND.bind(caller, values))).all():
-            if len(hop_of) > limit:
+    if hops >= 2 and first and len(hop_of) < limit:
+        second = {"f": first, "seen": list(hop_of), "per": SECOND_HOP_EACH}
+        for _, other in (await conn.execute(*_SECOND.bind(caller, second))).all():
+            if int(other) in hop_of:
+                continue
+            if len(hop_of) >= limit:
                 notes.append(f"second hop cut at the cap ({limit} nodes)")
                 break
-            hop_of.setdefault(int(other), 2)
+            hop_of[int(other)] = 2
         notes.append(f"second hop: at most {SECOND_HOP_EACH} neighbours of each neighbour")
     kinds |= await entity_kinds(conn, caller, [e for e in hop_of if e not in kinds])
     shown = [e for e in hop_of if e in kinds]
-    values = {"n": shown, "m": EDGES_PER_NODE * len(shown)}
+    among: dict[str, object] = {
+        "n": shown,
+        "m": EDGES_PER_NODE * len(shown),
+        "c": entity_id,
+        "h1": [e for e in shown if hop_of[e] == 1],
+        "h2": [e for e in shown if hop_of[e] == 2],
+    }
     edges = [
         ExploreEdge(
             id=int(r[0]),
@@ -157,7 +176,7 @@ async def neighbourhood(
             weight=round(float(r[4]), 4),
             weak=bool(r[5]),
         )
-        for r in (await conn.execute(*_AMONG.bind(caller, values))).all()
+        for r in (await conn.execute(*_AMONG.bind(caller, among))).all()
     ]
     return Neighbourhood(
         center=_node(entity_id, kinds[entity_id], 0),

@@ -235,6 +235,11 @@ async def test_entities_search_and_detail(api: httpx.AsyncClient) -> None:
     assert leland["score"] == 1.0
     fuzzy = (await api.get("/v1/entities", params={"name": "Maximum Overdriv"})).json()
     assert fuzzy["entities"][0]["name"] == "Maximum Overdrive"
+    # exact: the name or an alias itself, no similar names
+    only = (await api.get("/v1/entities", params={"name": "leland", "exact": True})).json()
+    assert [e["name"] for e in only["entities"]] == ["Leland"]
+    none = await api.get("/v1/entities", params={"name": "Maximum Overdriv", "exact": True})
+    assert none.json()["entities"] == []
     detail = (await api.get(f"/v1/entities/{leland['id']}")).json()
     assert detail["neighbours"]
     assert all(n["evidence"] for n in detail["neighbours"])
