@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import DBAPIError
 
 from services.maintenance.review import apply_verdicts, check_item, sample
 from services.query_api.auth import ADMIN, Principal, authenticate
@@ -37,8 +38,18 @@ async def review_sample(
     """Merges and pairs kept apart, each side with the sentences that mention it, for a
     person to judge (add ``label`` to each, then ``POST /v1/review/verdicts``)."""
     merges = round(n * merged_share)
-    async with request.app.state.service.engine.connect() as conn:
-        items = await sample(conn, candidates=n - merges, merges=merges, seed=seed)
+    try:
+        async with request.app.state.service.engine.connect() as conn:
+            items = await sample(conn, candidates=n - merges, merges=merges, seed=seed)
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "57014":  # statement_timeout
+            raise
+        raise Problem(
+            422,
+            "Sample too slow to draw",
+            "drawing pairs kept apart compares every pair of entities, which takes too long on "
+            "a graph this large (docs/curation.md, Review); draw merges only: merged_share=1",
+        ) from None
     for i, item in enumerate(items):
         item["id"] = f"review-{i:04d}"
     return {"items": items}

@@ -55,7 +55,7 @@ class World:
     red: str  # an entity only the red-only document mentions
     beside_red: str  # a neighbour of it that others mention too
     question: str  # a question whose answer follows relationships
-    merged: tuple[str, str]  # two entities the page merges
+    merged: tuple[str, str]  # two entities the page merges (names most alike)
 
 
 _RED_ENTITY = text(
@@ -65,6 +65,12 @@ _RED_ENTITY = text(
     "  ORDER BY r.weight DESC, r.id LIMIT 1)"
     " FROM entities e JOIN mentions m ON m.entity_id = e.id GROUP BY e.id, e.name"
     " HAVING count(DISTINCT m.doc_id) = 1 AND count(*) >= 2 ORDER BY e.id"
+)
+# Two entities of one type whose names are most alike: what a curator merges.
+_ALIKE = text(
+    "SELECT a.name, b.name FROM entities a JOIN entities b ON a.id < b.id AND a.type = b.type"
+    " WHERE similarity(a.name, b.name) >= 0.4 ORDER BY similarity(a.name, b.name) DESC, a.id"
+    " LIMIT 1"
 )
 _HUBS = text(
     "SELECT e.name FROM entities e JOIN relationships r ON e.id IN (r.source_id, r.target_id)"
@@ -84,10 +90,11 @@ async def world(sample_db: str) -> World:
                 text("UPDATE documents SET acl = '{red}' WHERE doc_id = :d"), {"d": doc}
             )
             hubs = [str(r[0]) for r in (await conn.execute(_HUBS, {"d": doc})).all()]
+            keep, other = (await conn.execute(_ALIKE)).one()
     finally:
         await engine.dispose()
     question = f"How is {hubs[0]} connected to {hubs[1]}?"
-    return World(url, hubs[0], str(red), str(beside), question, (hubs[2], hubs[3]))
+    return World(url, hubs[0], str(red), str(beside), question, (str(keep), str(other)))
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +201,7 @@ def admin_views(page: Page, base: str, world: World, key: str, tmp: Path) -> Non
     page.evaluate(
         "(() => {const f = (id, v) => { document.getElementById(id).value = v; };"
         f" f('curate-kind', 'merge'); f('curate-name', {json.dumps(keep)});"
-        f" f('curate-other', {json.dumps(other)}); f('curate-reason', 'same firm');"
+        f" f('curate-other', {json.dumps(other)}); f('curate-reason', 'one name, two spellings');"
         " document.querySelector('#curate-form button[type=submit]').click(); })()"
     )
     said = page.wait_for("document.getElementById('curate-status').textContent")
@@ -240,7 +247,7 @@ async def test_the_explorer_in_a_real_browser(
 
     await asyncio.to_thread(drive)
     listed = json.loads(kgstream(on, "curate", "list", "--json").stdout)
-    by_page = [c for c in listed if c["reason"] == "same firm"]
+    by_page = [c for c in listed if c["reason"] == "one name, two spellings"]
     assert [(c["kind"], c["name"], c["other"]) for c in by_page] == [("merge", *world.merged)]
     assert by_page[0]["created_by"].endswith("(explorer-admin)")
     reviewed = [c for c in listed if c["reason"] == "review explorer:1"]

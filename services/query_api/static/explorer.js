@@ -109,6 +109,7 @@
       coolingFactor: g.nodes().length > 80 ? 0.95 : 0.99 }).run();
     const t2 = performance.now();
     g.fit(undefined, 30);
+    if (g.zoom() > 1.4) { g.zoom(1.4); g.center(); } // a small graph is not blown up
     drawParts = { add_ms: t1 - t0, layout_ms: t2 - t1 };
     const box = $("graph");
     box.dataset.nodes = String(g.nodes().length);
@@ -341,12 +342,16 @@
     $("review").hidden = !admin;
   }
 
+  function when(iso) {
+    return new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+  }
+
   function listCurations(curations) {
     const ol = $("curations");
     ol.replaceChildren();
     for (const c of curations.slice(-20).reverse()) {
       const li = el("li", { "data-curation": c.id },
-        `#${c.id} ${c.kind} ${c.name} · ${c.other ?? c.new_name ?? ""} — ${c.status}, by ${c.created_by} at ${c.created_at}${c.reason ? ": " + c.reason : ""}`);
+        `#${c.id} ${c.kind} ${c.name} · ${c.other ?? c.new_name ?? ""} — ${c.status}, by ${c.created_by} at ${when(c.created_at)}${c.reason ? ": " + c.reason : ""}`);
       if (c.status === "pending" || c.status === "applied") {
         const undo = el("button", { type: "button", class: "undo" }, "Undo");
         undo.addEventListener("click", () => undoCuration(c.id));
@@ -384,7 +389,7 @@
   let reviewItems = [];
 
   async function loadReview() {
-    const found = await api("v1/review/sample?n=10");
+    const found = await api(`v1/review/sample?n=10&merged_share=${$("review-share").value}`);
     reviewItems = found.items;
     const ol = $("review-items");
     ol.replaceChildren();
