@@ -86,13 +86,20 @@
         { selector: ":selected", style: { "overlay-opacity": 0.15, "overlay-color": "#1565c0" } },
       ],
     });
-    cy.on("tap", "node", (e) => nodeDetails(e.target.data()));
+    cy.on("tap", "node", (e) => {
+      if (e.originalEvent && e.originalEvent.shiftKey && admin) { // a pair: the other name
+        $("curate-other").value = e.target.data("name");
+        $("curation").scrollIntoView();
+        return;
+      }
+      guarded(nodeDetails)(e.target.data());
+    });
     cy.on("dbltap", "node", (e) => {
       const d = e.target.data();
       if (d.entity) openEntity(d.entity, d.name);
       else findAndOpen(d.name);
     });
-    cy.on("tap", "edge", (e) => edgeDetails(e.target.data()));
+    cy.on("tap", "edge", (e) => guarded(edgeDetails)(e.target.data()));
     return cy;
   }
 
