@@ -97,7 +97,8 @@ async def sample(
     (docs/curation.md, "Review")."""
     rng = random.Random(seed)  # noqa: S311 - a sample, not a secret
     items: list[dict[str, Any]] = []
-    pairs = (await conn.execute(_CANDIDATES)).all()
+    # merges only (candidates=0) never compares the pairs: that is what keeps it fast
+    pairs = (await conn.execute(_CANDIDATES)).all() if candidates > 0 else []
     for a, b in rng.sample(pairs, min(candidates, len(pairs))):
         left, right = await side(conn, a, None), await side(conn, b, None)
         if left["contexts"] and right["contexts"]:

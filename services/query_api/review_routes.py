@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from services.maintenance.review import apply_verdicts, check_item, sample
@@ -31,15 +32,27 @@ class Verdicts(BaseModel):
 @router.get("/v1/review/sample")
 async def review_sample(
     request: Request,
+    principal: Annotated[Principal, Depends(authenticate)],
     n: Annotated[int, Query(ge=1, le=MAX_ITEMS, description="Items to draw in all.")] = 20,
     merged_share: Annotated[float, Query(ge=0.0, le=1.0)] = 0.5,
     seed: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
 ) -> dict[str, Any]:
     """Merges and pairs kept apart, each side with the sentences that mention it, for a
-    person to judge (add ``label`` to each, then ``POST /v1/review/verdicts``)."""
+    person to judge (add ``label`` to each, then ``POST /v1/review/verdicts``). The sample
+    quotes documents of every tenant and ACL, so it needs an admin key even where keys are
+    not required (403 for the anonymous caller)."""
+    if not principal.caller.admin:
+        raise Problem(
+            403,
+            "Forbidden",
+            "the review sample quotes every document: it needs an admin key "
+            "(kgstream keys create --scopes admin)",
+        )
     merges = round(n * merged_share)
+    budget_ms = max(1, int(request.app.state.settings.query_timeout_s * 1000))
     try:
-        async with request.app.state.service.engine.connect() as conn:
+        async with request.app.state.service.engine.connect() as conn, conn.begin():
+            await conn.execute(text(f"SET LOCAL statement_timeout = {budget_ms}"))
             items = await sample(conn, candidates=n - merges, merges=merges, seed=seed)
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) != "57014":  # statement_timeout
@@ -47,8 +60,9 @@ async def review_sample(
         raise Problem(
             422,
             "Sample too slow to draw",
-            "drawing pairs kept apart compares every pair of entities, which takes too long on "
-            "a graph this large (docs/curation.md, Review); draw merges only: merged_share=1",
+            "drawing pairs kept apart compares every pair of entities, which takes longer than "
+            "KGSTREAM_QUERY_TIMEOUT_S on a graph this large (docs/curation.md, Review); draw "
+            "merges only: merged_share=1",
         ) from None
     for i, item in enumerate(items):
         item["id"] = f"review-{i:04d}"

@@ -8,9 +8,9 @@ The neighbourhood, for ``hops`` 1 or 2 and a cap of ``limit`` nodes (the entity 
    how many were not shown is counted (``cut``);
 2. with two hops, each shown neighbour's own strongest neighbours, ``SECOND_HOP_EACH`` each
    at most, until the cap;
-3. the relationships among the shown nodes, at most ``EDGES_PER_NODE`` per node in all: first
-   those that reached each shown node (so none is drawn alone), then the others, strongest
-   first.
+3. the relationships among the shown nodes, at most ``EDGES_PER_NODE`` per node in all: first,
+   for each shown node, the strongest relationship to the node that reached it (so none is
+   drawn alone), then the others, strongest first.
 
 A restricted caller's weights are those of its visible evidence, a co-occurrence is weak on
 the evidence it sees, and names, types and mention counts are rebuilt from visible mentions
@@ -18,6 +18,7 @@ the evidence it sees, and names, types and mention counts are rebuilt from visib
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -76,35 +77,48 @@ def _first(visible: bool) -> str:
 
 def _second(visible: bool) -> str:
     return (
-        "SELECT f.id, x.other FROM unnest(CAST(:f AS bigint[])) f(id) CROSS JOIN LATERAL"  # noqa: S608 - constants
-        f" (SELECT other, max(w) AS w FROM ({_ways('f.id', visible)}) t WHERE other <> f.id"
-        " AND other <> ALL(CAST(:seen AS bigint[])) GROUP BY other ORDER BY 2 DESC, 1"
-        " LIMIT :per) x"
+        "SELECT f.id, x.other FROM unnest(CAST(:f AS bigint[])) WITH ORDINALITY f(id, ord)"  # noqa: S608 - constants
+        f" CROSS JOIN LATERAL (SELECT other, max(w) AS w FROM ({_ways('f.id', visible)}) t"
+        " WHERE other <> f.id AND other <> ALL(CAST(:seen AS bigint[])) GROUP BY other"
+        " ORDER BY 2 DESC, 1 LIMIT :per) x ORDER BY f.ord, x.w DESC, x.other"
+    )
+
+
+def _edges(visible: bool, cond: str, tail: str) -> str:
+    """(id, source, target, type, weight, weak) of the relationships ``r`` where ``cond``,
+    strongest first, then ``tail``; a restricted caller's weight and weakness are those of its
+    visible evidence, and a relationship without any is not one."""
+    if not visible:
+        return (
+            "SELECT r.id, r.source_id, r.target_id, r.type, r.weight, r.weak"  # noqa: S608 - constants
+            f" FROM relationships r WHERE {cond} ORDER BY r.weight DESC, r.id{tail}"
+        )
+    return (
+        "SELECT r.id, r.source_id, r.target_id, r.type, v.w,"  # noqa: S608 - constants
+        f" r.type = '{CO_OCCURS}' AND v.n <= 1 FROM relationships r CROSS JOIN LATERAL "
+        + visible_evidence("r.id")
+        + f" v WHERE v.n > 0 AND {cond} ORDER BY v.w DESC, r.id{tail}"
+    )
+
+
+# The strongest relationship between a drawn entity and the one that reached it (pairs :a,
+# :b): drawn first, so that no drawn entity is drawn alone.
+_PAIRED = "((r.source_id = p.a AND r.target_id = p.b) OR (r.source_id = p.b AND r.target_id = p.a))"
+
+
+def _tree(visible: bool) -> str:
+    return (
+        "SELECT q.* FROM unnest(CAST(:a AS bigint[]), CAST(:b AS bigint[])) p(a, b)"  # noqa: S608 - constants
+        f" CROSS JOIN LATERAL ({_edges(visible, _PAIRED, ' LIMIT 1')}) q"
     )
 
 
 _FIRST = Filtered.of(_first(False), _first(True))
 _SECOND = Filtered.of(_second(False), _second(True))
-# Relationships among the drawn entities, those that reached a drawn entity first (the
-# entity's own, then a first-hop neighbour's to a second-hop one), so that every drawn entity
-# is drawn connected, then the others, strongest first.
-_REACHING = (
-    "CASE WHEN (r.source_id = :c AND r.target_id = ANY(:h1))"
-    " OR (r.target_id = :c AND r.source_id = ANY(:h1)) THEN 0"
-    " WHEN (r.source_id = ANY(:h1) AND r.target_id = ANY(:h2))"
-    " OR (r.target_id = ANY(:h1) AND r.source_id = ANY(:h2)) THEN 1 ELSE 2 END"
-)
-_AMONG = Filtered.of(
-    "SELECT r.id, r.source_id, r.target_id, r.type, r.weight, r.weak FROM relationships r"  # noqa: S608 - constants
-    f" WHERE r.source_id = ANY(:n) AND r.target_id = ANY(:n) ORDER BY {_REACHING},"
-    " r.weight DESC, r.id LIMIT :m",
-    # the ends are shown, so visible; the weight and weakness are the visible evidence's
-    "SELECT r.id, r.source_id, r.target_id, r.type, v.w,"  # noqa: S608 - constants
-    f" r.type = '{CO_OCCURS}' AND v.n <= 1 FROM relationships r CROSS JOIN LATERAL "
-    + visible_evidence("r.id")
-    + " v WHERE r.source_id = ANY(:n) AND r.target_id = ANY(:n) AND v.n > 0"
-    f" ORDER BY {_REACHING}, v.w DESC, r.id LIMIT :m",
-)
+_TREE = Filtered.of(_tree(False), _tree(True))
+# The other relationships among the drawn entities, strongest first, up to :m.
+_OTHERS = "r.source_id = ANY(:n) AND r.target_id = ANY(:n) AND r.id <> ALL(CAST(:t AS bigint[]))"
+_AMONG = Filtered.of(_edges(False, _OTHERS, " LIMIT :m"), _edges(True, _OTHERS, " LIMIT :m"))
 _RELATIONSHIP = Filtered.of(
     "SELECT r.id, r.source_id, r.target_id, r.type, r.weight, r.weak FROM relationships r"
     " WHERE r.id = :r",
@@ -145,28 +159,34 @@ async def neighbourhood(
     first = [int(r[0]) for r in rows]
     total = int(rows[0][2]) if rows else 0
     hop_of = {entity_id: 0} | dict.fromkeys(first, 1)
+    reached_from = dict.fromkeys(first, entity_id)  # who reached each drawn entity
     notes = []
     if total > len(first):
         notes.append(f"{total - len(first)} of {total} neighbours not shown (cap {limit})")
     if hops >= 2 and first and len(hop_of) < limit:
         second = {"f": first, "seen": list(hop_of), "per": SECOND_HOP_EACH}
-        for _, other in (await conn.execute(*_SECOND.bind(caller, second))).all():
+        found = (await conn.execute(*_SECOND.bind(caller, second))).all()
+        for near, other in found:
             if int(other) in hop_of:
                 continue
             if len(hop_of) >= limit:
                 notes.append(f"second hop cut at the cap ({limit} nodes)")
                 break
             hop_of[int(other)] = 2
-        notes.append(f"second hop: at most {SECOND_HOP_EACH} neighbours of each neighbour")
+            reached_from[int(other)] = int(near)
+        if any(n >= SECOND_HOP_EACH for n in Counter(int(near) for near, _ in found).values()):
+            notes.append(f"second hop: at most {SECOND_HOP_EACH} neighbours of each neighbour")
     kinds |= await entity_kinds(conn, caller, [e for e in hop_of if e not in kinds])
     shown = [e for e in hop_of if e in kinds]
-    among: dict[str, object] = {
+    pairs = [(reached_from[e], e) for e in shown if e in reached_from]
+    tree = {"a": [a for a, _ in pairs], "b": [b for _, b in pairs]}
+    drawn = list((await conn.execute(*_TREE.bind(caller, tree))).all())
+    others: dict[str, object] = {
         "n": shown,
-        "m": EDGES_PER_NODE * len(shown),
-        "c": entity_id,
-        "h1": [e for e in shown if hop_of[e] == 1],
-        "h2": [e for e in shown if hop_of[e] == 2],
+        "t": [int(r[0]) for r in drawn],
+        "m": max(0, EDGES_PER_NODE * len(shown) - len(drawn)),
     }
+    drawn += (await conn.execute(*_AMONG.bind(caller, others))).all()
     edges = [
         ExploreEdge(
             id=int(r[0]),
@@ -176,7 +196,7 @@ async def neighbourhood(
             weight=round(float(r[4]), 4),
             weak=bool(r[5]),
         )
-        for r in (await conn.execute(*_AMONG.bind(caller, among))).all()
+        for r in drawn
     ]
     return Neighbourhood(
         center=_node(entity_id, kinds[entity_id], 0),

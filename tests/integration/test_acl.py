@@ -420,6 +420,8 @@ async def _check_explorer_reads(
         for edge in hood["edges"]:
             assert (edge["source"], edge["target"], edge["type"]) in oracle.rel_sentences
             edges.append(edge["id"])
+        touched = {e["source"] for e in hood["edges"]} | {e["target"] for e in hood["edges"]}
+        assert {n["id"] for n in hood["nodes"] if n["hops"]} <= touched  # none drawn alone
     mentions = (await env.get(caller, f"/v1/entities/{entity_id}/mentions")).json()["mentions"]
     for m in mentions:
         assert m["doc_id"] in oracle.docs

@@ -313,6 +313,8 @@ async def test_auto_on_loopback_serves_anonymous_callers_least_privilege(
                                     "key_id": None, "whole_corpus": False,
                                     "scope": None}  # fmt: skip
         assert (await client.get("/v1/communities")).status_code == 200
+        # the review sample quotes every document: an admin key even here
+        assert (await client.get("/v1/review/sample")).status_code == 403
         assert (await client.get("/docs")).status_code == 200
         assert (await client.get("/openapi.json")).status_code == 200
 

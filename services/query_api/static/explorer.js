@@ -94,11 +94,11 @@
       }
       guarded(nodeDetails)(e.target.data());
     });
-    cy.on("dbltap", "node", (e) => {
+    cy.on("dbltap", "node", guarded(async (e) => {
       const d = e.target.data();
-      if (d.entity) openEntity(d.entity, d.name);
-      else findAndOpen(d.name);
-    });
+      if (d.entity) await openEntity(d.entity, d.name);
+      else await findAndOpen(d.name);
+    }));
     cy.on("tap", "edge", (e) => guarded(edgeDetails)(e.target.data()));
     return cy;
   }
@@ -139,7 +139,7 @@
     for (const e of found.entities) {
       const li = el("li");
       const a = el("a", { href: `?entity=${encodeURIComponent(e.name)}`, "data-entity": e.id }, e.name);
-      a.addEventListener("click", (ev) => { ev.preventDefault(); openEntity(e.id, e.name); });
+      a.addEventListener("click", guarded(async (ev) => { ev.preventDefault(); await openEntity(e.id, e.name); }));
       li.append(a, ` ${e.type} · ${e.mentions} mention${e.mentions === 1 ? "" : "s"}`);
       ul.append(li);
     }
@@ -172,7 +172,8 @@
     const hood = await api(`v1/entities/${id}/neighbourhood?hops=${hops}&limit=${limit}`);
     const t1 = performance.now();
     current = { kind: "entity", id: hood.center.id, name: hood.center.name };
-    history.replaceState(null, "", `?entity=${encodeURIComponent(hood.center.name)}&hops=${hops}`);
+    // the name for people, the id so that a reload opens this entity when two share the name
+    history.replaceState(null, "", `?entity=${encodeURIComponent(hood.center.name)}&id=${hood.center.id}&hops=${hops}`);
     const elements = hood.nodes.map((n) => ({
       group: "nodes",
       classes: n.hops === 0 ? "center" : "",
@@ -290,7 +291,7 @@
     const t0 = performance.now();
     const resp = await api("v1/query", { method: "POST", body: { question, mode: mode || "auto" } });
     current = { kind: "answer", question };
-    history.replaceState(null, "", `?q=${encodeURIComponent(question)}`);
+    history.replaceState(null, "", `?q=${encodeURIComponent(question)}&mode=${encodeURIComponent(mode || "auto")}`);
     const box = $("answer");
     box.hidden = false;
     box.replaceChildren(el("h2", {}, "Answer"), el("p", { class: "answer-text" }, resp.answer));
@@ -325,8 +326,11 @@
         const id = node(row.name, false);
         const ev = row.evidence[0];
         if (plan.started_from.length && row.hops > 0) {
+          // a plan's row is drawn from its start, labelled with its hops (the relationship that
+          // reached it is in its evidence): a star, not the path
           edges.push({ group: "edges", data: { id: "h" + edges.length, source: node(plan.started_from[0].name, true),
-            target: id, label: ev?.relationship || "", evidence: ev ? `${ev.sentence} [${ev.doc_id}]` : "", width: 2 } });
+            target: id, label: `${row.hops} hop${row.hops > 1 ? "s" : ""}`,
+            evidence: ev ? `${ev.relationship}: ${ev.sentence} [${ev.doc_id}]` : "", width: 2 } });
         }
       }
     }
@@ -474,11 +478,15 @@
     const params = new URLSearchParams(location.search);
     if (params.get("hops") === "2") $("hops").value = "2";
     await probeAdmin();
-    if (params.get("entity")) {
+    if (params.get("id")) {
+      $("search-input").value = params.get("entity") || "";
+      await openEntity(Number(params.get("id")), params.get("entity"));
+    } else if (params.get("entity")) {
       $("search-input").value = params.get("entity");
       await findAndOpen(params.get("entity"));
     } else if (params.get("q")) {
       $("ask-input").value = params.get("q");
+      if (params.get("mode")) $("ask-mode").value = params.get("mode");
       await ask(params.get("q"), params.get("mode") || "auto");
     } else {
       status("Find an entity, or ask a question.", "ready");
