@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -40,16 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _scale_harness import hide_share, unhide  # noqa: E402
-from bench_bulk_scale import _quarter_of_memory  # noqa: E402
-from query_timing import percentile  # noqa: E402
+from query_timing import percentile, started_home, write_report  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncConnection  # noqa: E402
 
 from services.core.access import Caller  # noqa: E402
-from services.core.db import migrations  # noqa: E402
 from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
-from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
 from services.core.settings import Settings  # noqa: E402
 from services.retrieval.entities import entity_detail  # noqa: E402
 from services.retrieval.explore import (  # noqa: E402
@@ -226,32 +221,17 @@ def main() -> None:
     parser.add_argument("--shot", type=Path, default=None, help="a PNG of the last entity")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    settings = Settings()
-    pg = EmbeddedPostgres(args.home, settings.embedded_user, shared_buffers=_quarter_of_memory())
-    url = pg.start()
     report: dict[str, Any] = {"home": str(args.home), "runs": args.runs, "cap": LIMIT}
-    try:
-        migrations.upgrade(url, settings.embedding_dim)
-        if args.hide_share:
-            report["hidden"] = hide_share(url, args.hide_share)
-        try:
-            drawn = asyncio.run(_draw(url, args))
-            report["drawn"] = {k: len(v) for k, v in drawn.items()}
-            if not args.browser_only:
-                report["reads"] = asyncio.run(_measure(url, drawn, args.runs))
-            if args.browser or args.browser_only:
-                names = [n for _, n in drawn["busy"]]
-                report["browser"] = _browser_times(url, names, args.shot)
-                print(f"browser {report['browser']}", file=sys.stderr, flush=True)
-        finally:
-            if args.hide_share:
-                unhide(url)
-    finally:
-        pg.stop()
-    text_out = json.dumps(report, indent=2)
-    if args.out:
-        args.out.write_text(text_out + "\n")
-    print(text_out)
+    with started_home(args.home, report, args.hide_share) as url:
+        drawn = asyncio.run(_draw(url, args))
+        report["drawn"] = {k: len(v) for k, v in drawn.items()}
+        if not args.browser_only:
+            report["reads"] = asyncio.run(_measure(url, drawn, args.runs))
+        if args.browser or args.browser_only:
+            names = [n for _, n in drawn["busy"]]
+            report["browser"] = _browser_times(url, names, args.shot)
+            print(f"browser {report['browser']}", file=sys.stderr, flush=True)
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -31,16 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _scale_harness import hide_share, unhide  # noqa: E402
-from bench_bulk_scale import _quarter_of_memory  # noqa: E402
-from query_timing import percentile  # noqa: E402
+from query_timing import percentile, started_home, write_report  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
 from services.core.access import Caller  # noqa: E402
-from services.core.db import migrations  # noqa: E402
 from services.core.db.engine import UNBOUNDED, make_engine  # noqa: E402
-from services.core.infra.postgres import EmbeddedPostgres  # noqa: E402
-from services.core.settings import Settings  # noqa: E402
 from services.retrieval import graph_memory  # noqa: E402
 from services.retrieval.errors import Invalid  # noqa: E402
 from services.retrieval.graph_memory import MemoryGraph  # noqa: E402
@@ -172,25 +166,10 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    settings = Settings()
-    pg = EmbeddedPostgres(args.home, settings.embedded_user, shared_buffers=_quarter_of_memory())
-    url = pg.start()
     report: dict[str, Any] = {"home": str(args.home), "plans": args.plans, "runs": args.runs}
-    try:
-        migrations.upgrade(url, settings.embedding_dim)
-        if args.hide_share:
-            report["hidden"] = hide_share(url, args.hide_share)
-        try:
-            report["queries"] = asyncio.run(_measure(url, args))
-        finally:
-            if args.hide_share:
-                unhide(url)
-    finally:
-        pg.stop()
-    text_out = json.dumps(report, indent=2)
-    if args.out:
-        args.out.write_text(text_out + "\n")
-    print(text_out)
+    with started_home(args.home, report, args.hide_share) as url:
+        report["queries"] = asyncio.run(_measure(url, args))
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

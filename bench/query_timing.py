@@ -1,7 +1,8 @@
-"""What the query benchmarks on a bulk-built home share (bench_filters.py, bench_as_of.py):
-timing a pass of requests, the median of passes, and the run itself (start the home's
-PostgreSQL with a quarter of RAM as shared buffers, migrate, prepare, generate the questions,
-measure, write the report)."""
+"""What the query benchmarks on a bulk-built home share (bench_filters.py, bench_as_of.py,
+bench_plans.py, bench_explorer.py, local_round_trips.py): timing a pass of requests, the median
+of passes, and the run itself (start the home's PostgreSQL with a quarter of RAM as shared
+buffers, migrate, hide a share of the documents if asked, prepare, measure, write the
+report)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from _scale_harness import hide_share, unhide
 from bench_bulk_scale import _quarter_of_memory
 from synth_corpus import Corpus, questions
 
@@ -72,6 +75,35 @@ def home_arguments(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def started_home(home: Path, report: dict[str, Any], hide: float = 0.0) -> Iterator[str]:
+    """The home's PostgreSQL started (a quarter of RAM as shared buffers) and migrated; its
+    URL. With ``hide``, that share of the documents is hidden from the anonymous caller for the
+    run (``report["hidden"]``: how many) and shown again after it."""
+    settings = Settings()
+    pg = EmbeddedPostgres(home, settings.embedded_user, shared_buffers=_quarter_of_memory())
+    url = pg.start()
+    try:
+        migrations.upgrade(url, settings.embedding_dim)
+        if hide:
+            report["hidden"] = hide_share(url, hide)
+        try:
+            yield url
+        finally:
+            if hide:
+                unhide(url)
+    finally:
+        pg.stop()
+
+
+def write_report(report: dict[str, Any], out: Path | None) -> None:
+    """Print the report as JSON (and write it to ``out``)."""
+    text_out = json.dumps(report, indent=2)
+    if out:
+        out.write_text(text_out + "\n")
+    print(text_out, file=sys.stdout)
+
+
 def run_on_home(
     args: argparse.Namespace,
     report: dict[str, Any],
@@ -80,19 +112,10 @@ def run_on_home(
 ) -> None:
     """Start the home, migrate, ``prepare`` it, ``measure`` the generated questions; print the
     report (and write it to ``--out``)."""
-    settings = Settings()
-    pg = EmbeddedPostgres(args.home, settings.embedded_user, shared_buffers=_quarter_of_memory())
-    url = pg.start()
-    try:
-        migrations.upgrade(url, settings.embedding_dim)
+    with started_home(args.home, report) as url:
         report["prepare"] = asyncio.run(prepare(url))
         events = list(Corpus(args.documents, args.seed).events())
         asked = questions(events, args.questions, args.seed)
         del events
         report["queries"] = asyncio.run(measure(url, asked))
-    finally:
-        pg.stop()
-    text_out = json.dumps(report, indent=2)
-    if args.out:
-        args.out.write_text(text_out + "\n")
-    print(text_out, file=sys.stdout)
+    write_report(report, args.out)
