@@ -188,12 +188,12 @@ class QueryService:
         async with self.read(want) as (conn, snapshot_id):
             yield conn, snapshot_id, await widened(conn, caller)
 
-    def held_graph(self, req: QueryRequest) -> MemoryGraph | None:
+    def held_graph(self, req: QueryRequest | None = None) -> MemoryGraph | None:
         """The held graph for this query, taken before its read begins (so never newer than
         what a read of the primary sees): none for a query that waits for an event
         (``after_event``: the database shows it once the read has waited; the held graph may
         not yet). A read of a replica checks it again (``walkable``)."""
-        if self.graph is None or req.after_event is not None:
+        if self.graph is None or (req is not None and req.after_event is not None):
             return None
         return self.graph.current()
 
@@ -582,7 +582,7 @@ class QueryService:
     async def plan_answer(self, plan: Plan, caller: Caller) -> PlanAnswer:
         """A typed plan's answer from what the caller can see (POST /v1/graph/query, MCP
         graph_query): its steps walk the held graph when this read may (``walkable``)."""
-        taken = None if self.graph is None else self.graph.current()
+        taken = self.held_graph()
         async with self.read_as(caller) as (conn, snapshot_id, reader):
             memory = await self.walkable(conn, taken, reader)
             return await self._execute(_PlanRead(conn, reader, snapshot_id, memory), plan)
